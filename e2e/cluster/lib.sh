@@ -1,0 +1,38 @@
+# Shared settings and helpers of the local-cluster harness. Sourced, not run.
+# Everything built is cached outside the repository, keyed by version, so a clean clone reuses it.
+
+K8S_VERSION=${K8S_VERSION:-1.34.2}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.2.9}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+CFSSL_VERSION=${CFSSL_VERSION:-v1.6.5}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
+HELM_VERSION=${HELM_VERSION:-v4.3.2}
+
+CACHE=${GPU_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-dra}
+# Runtime state of the running cluster (sockets, PKI, logs). One cluster per machine.
+STATE=${GPU_DRA_STATE:-/var/lib/gpu-dra-cluster}
+RUN_DIR=${GPU_DRA_RUN:-/run/gpu-dra-cluster}
+
+export PATH=/usr/local/go/bin:$PATH
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+
+k8s_bin_dir() { echo "$CACHE/k8s/v$1/bin"; }
+tools_bin_dir() { echo "$CACHE/tools/bin"; }
+
+_T0=${_T0:-$(date +%s)}
+export _T0
+_elapsed() { local s=$(( $(date +%s) - _T0 )); printf '%02d:%02d' $((s / 60)) $((s % 60)); }
+step() { printf '[%s] ==> %s\n' "$(_elapsed)" "$*"; }
+note() { printf '[%s]     %s\n' "$(_elapsed)" "$*"; }
+die() { printf '[%s] ERROR: %s\n' "$(_elapsed)" "$*" >&2; exit 1; }
+# timed LABEL CMD...: run CMD, print how long it took; its output goes to a log unless VERBOSE=1.
+timed() {
+  local label=$1; shift
+  local s=$(date +%s) log
+  mkdir -p "$CACHE/logs"; log=$CACHE/logs/$(echo "$label" | tr -c 'a-zA-Z0-9.\n-' '_').log
+  note "$label ..."
+  if [ "${VERBOSE:-0}" = 1 ]; then "$@"; else
+    "$@" >"$log" 2>&1 || { tail -40 "$log" >&2; die "$label failed (full log: $log)"; }
+  fi
+  note "$label done in $(( $(date +%s) - s ))s"
+}
