@@ -36,3 +36,41 @@ timed() {
   fi
   note "$label done in $(( $(date +%s) - s ))s"
 }
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NODE_NAME=${NODE_NAME:-$(hostname | tr 'A-Z' 'a-z')}
+CONTAINERD_SOCK=$RUN_DIR/containerd/containerd.sock
+KUBECONFIG_PATH=$STATE/certs/admin.kubeconfig
+
+cluster_running() {
+  [ -f "$STATE/run/local-up-cluster.pid" ] && kill -0 "$(cat "$STATE/run/local-up-cluster.pid")" 2>/dev/null
+}
+
+# wait_for SECONDS WHAT CMD... [CHECK]: poll CMD until it succeeds; CHECK (a function name, optional
+# last word) runs each round to fail fast when what we wait on has died. Prints progress every 10s.
+wait_for() {
+  local secs=$1 what=$2; shift 2
+  local check=""
+  if declare -F "${!#}" >/dev/null; then check=${!#}; set -- "${@:1:$(($# - 1))}"; fi
+  local s=$(date +%s) last=0
+  note "waiting for $what"
+  until "$@" >/dev/null 2>&1; do
+    [ -z "$check" ] || $check
+    local e=$(( $(date +%s) - s ))
+    [ $e -lt "$secs" ] || die "timed out after ${secs}s waiting for $what"
+    if [ $((e / 10)) -gt $last ]; then last=$((e / 10)); note "... still waiting for $what (${e}s)"; fi
+    sleep 0.5
+  done
+  note "$what after $(( $(date +%s) - s ))s"
+}
+
+# stop_pid FILE SIGNAL SECONDS: signal the process, wait for it, then kill it.
+stop_pid() {
+  local f=$1 sig=$2 secs=$3 p
+  [ -f "$f" ] || return 0
+  p=$(cat "$f")
+  kill -"$sig" "$p" 2>/dev/null
+  for _ in $(seq 1 $((secs * 5))); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL "$p" 2>/dev/null
+  rm -f "$f"
+}

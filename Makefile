@@ -1,0 +1,87 @@
+# gpu-dra — see README.md. Newcomers need two targets: `make demo` and `make test`.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+export PATH := /usr/local/go/bin:$(PATH)
+export GOFLAGS ?= -buildvcs=false
+
+K8S_VERSION ?= 1.34.2
+export K8S_VERSION
+CACHE ?= $(or $(GPU_DRA_CACHE),$(HOME)/.cache/gpu-dra)
+export GPU_DRA_CACHE := $(CACHE)
+TOOLS := $(CACHE)/tools/bin
+ENVTEST_ASSETS := $(CACHE)/envtest/v$(K8S_VERSION)
+VERSION ?= dev
+PROJECT_IMAGE ?= ghcr.io/gpu-dra/gpu-dra:$(VERSION)
+export PROJECT_IMAGE
+BINARIES := gpu-kubelet-plugin gpu-webhook kubectl-dra
+FUZZTIME ?= 10s
+# Every package but the real-cluster suite in e2e/ itself.
+UNIT_PKGS = $$(go list ./... | grep -v '/e2e$$')
+
+.PHONY: all build deps unit integration fuzz bench lint test e2e e2e-matrix demo \
+	cluster-up cluster-down images envtest-assets clean help
+
+all: build
+
+help: ## list targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+build: ## build the project's binaries into _output/bin
+	@mkdir -p _output/bin
+	@for b in $(BINARIES); do \
+	  if [ -d cmd/$$b ]; then CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/$$b ./cmd/$$b; fi; \
+	done
+	@ls _output/bin
+
+deps: ## install Debian packages and Go tools that tests and the demo need
+	@hack/install-deps.sh
+
+envtest-assets: ## a real kube-apiserver + etcd + kubectl for integration tests
+	@e2e/cluster/build-k8s.sh $(K8S_VERSION)
+	@e2e/cluster/build-tools.sh etcd
+	@mkdir -p $(ENVTEST_ASSETS)
+	@ln -sf $(CACHE)/k8s/v$(K8S_VERSION)/bin/kube-apiserver $(CACHE)/k8s/v$(K8S_VERSION)/bin/kubectl $(TOOLS)/etcd $(ENVTEST_ASSETS)/
+
+unit: ## unit tests (+ integration tests when `make envtest-assets` has run; they skip loudly otherwise)
+	@if [ -x $(ENVTEST_ASSETS)/kube-apiserver ]; then export KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS); fi; \
+	go test -count=1 $(UNIT_PKGS)
+
+integration: envtest-assets ## unit + integration tests against a real kube-apiserver
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 30m $(UNIT_PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
+	@hack/fuzz.sh $(FUZZTIME)
+
+bench: envtest-assets ## benchmarks (numbers go into README.md)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem -count 5 $(UNIT_PKGS) | tee _output/bench.txt
+	$(TOOLS)/benchstat _output/bench.txt
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; exit 1; }
+	go vet ./...
+	@[ -x $(TOOLS)/staticcheck ] || hack/install-deps.sh
+	$(TOOLS)/staticcheck ./...
+	@for s in $$(git ls-files '*.sh'); do bash -n $$s; done
+
+images: build ## build image tarballs (no container engine needed)
+	@e2e/cluster/images.sh build
+
+cluster-up: ## start the local cluster (MODE=full|controlplane, K8S_VERSION, RUNTIME_CONFIG, FEATURE_GATES)
+	@e2e/cluster/up.sh
+
+cluster-down: ## stop the local cluster and clean up (WIPE=1 deletes its state)
+	@e2e/cluster/down.sh
+
+e2e: images ## end-to-end suite: on $$KUBECONFIG's cluster if set, else on a local cluster it starts and stops
+	@e2e/run.sh
+
+e2e-matrix: ## the e2e suite on 1.32.13 (seed's beta flags), 1.34.2 and 1.37.2
+	@e2e/run.sh matrix
+
+demo: images ## a local cluster, the chart installed, the seed's example run and shown
+	@e2e/demo.sh
+
+test: lint integration fuzz e2e ## everything: lint, unit, integration, fuzz, e2e
+
+clean:
+	rm -rf _output

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Stop everything up.sh started and leave the machine clean: processes, pods and their shims,
+# kubelet mounts, kube-proxy rules, the CNI bridge. WIPE=1 also deletes state (etcd data, images).
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+
+[ -d "$STATE/run" ] || { step "no local cluster state in $STATE; nothing to stop"; exit 0; }
+step "stopping the local cluster"
+tbin=$(tools_bin_dir)
+version=$(cat "$STATE/run/version" 2>/dev/null || echo "$K8S_VERSION")
+kbin=$(k8s_bin_dir "$version")
+
+stop_pid "$STATE/run/local-up-cluster.pid" INT 60
+# Whatever the script's own cleanup missed (it kills by PID, components may outlive it).
+for b in kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver; do
+  pkill -TERM -f "^($kbin/|sudo -E $kbin/|sudo $kbin/)$b( |$)" 2>/dev/null
+done
+sleep 1
+for b in kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  pkill -KILL -f "^($kbin|$tbin)/$b( |$)" 2>/dev/null
+done
+for p in "$STATE"/run/extra-*.pid; do [ -f "$p" ] && stop_pid "$p" TERM 10; done
+
+if [ -S "$CONTAINERD_SOCK" ]; then
+  note "removing pods and containers"
+  CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK timeout 60 "$tbin/crictl" rmp -fa >/dev/null 2>&1
+fi
+stop_pid "$STATE/run/containerd.pid" TERM 20
+pkill -KILL -f "^$tbin/containerd-shim-runc-v2" 2>/dev/null
+
+note "unmounting kubelet and containerd mounts"
+for _ in 1 2 3; do
+  grep -E " (/var/lib/kubelet|$RUN_DIR|$STATE)" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount 2>/dev/null
+done
+grep -E " (/var/lib/kubelet|$RUN_DIR|$STATE)" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null
+if [ -x "$kbin/kube-proxy" ]; then "$kbin/kube-proxy" --cleanup >/dev/null 2>&1; fi
+# kubelet's own chains (KUBE-FIREWALL, canaries) survive kube-proxy --cleanup.
+for t in iptables ip6tables; do
+  command -v $t-save >/dev/null || continue
+  if $t-save 2>/dev/null | grep -q KUBE; then $t-save | grep -v KUBE | $t-restore 2>/dev/null; fi
+done
+ip link del gpudra0 2>/dev/null
+rm -rf "$RUN_DIR" "$STATE/run" "$STATE/tmp" "$STATE/cni/ipam" /var/lib/kubelet/plugins_registry/*.sock 2>/dev/null
+if [ "${WIPE:-0}" = 1 ]; then
+  note "wiping state ($STATE, /var/lib/kubelet)"
+  rm -rf "$STATE" /var/lib/kubelet
+fi
+left=$(pgrep -af "^($kbin|$tbin)/" || true)
+[ -z "$left" ] || { echo "$left" >&2; die "processes survived cluster-down"; }
+step "local cluster stopped"

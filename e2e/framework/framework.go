@@ -1,0 +1,200 @@
+// Package framework is the small toolbox of the end-to-end suite: the cluster under test, kubectl,
+// namespaces, waiting, and host processes on the local cluster's node.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Cluster is the cluster under test: the one $KUBECONFIG names.
+type Cluster struct {
+	Kubeconfig string
+	Clientset  kubernetes.Interface
+	// Local is true on the harness's own cluster (e2e/cluster): the node is this machine, so tests
+	// may run host processes and read host paths such as /var/run/cdi.
+	Local bool
+	// NodeName of the local cluster's node.
+	NodeName string
+	// K8sBin holds the cluster's own binaries (kubectl, dra-test-driver) on a local cluster.
+	K8sBin string
+}
+
+// Setup returns the cluster, or skips loudly without one — except in CI (CI=true), where a missing
+// cluster is a failure: `make e2e` always provides one.
+func Setup(t *testing.T) *Cluster {
+	t.Helper()
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		msg := "needs a cluster: run `make e2e` (starts a local one) or set KUBECONFIG"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPED: " + msg)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatalf("kubeconfig %s: %v", kc, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cluster{
+		Kubeconfig: kc,
+		Clientset:  cs,
+		Local:      os.Getenv("GPU_DRA_LOCAL_CLUSTER") == "1",
+		NodeName:   os.Getenv("GPU_DRA_NODE_NAME"),
+		K8sBin:     os.Getenv("GPU_DRA_K8S_BIN"),
+	}
+}
+
+// RequireLocal skips (fails in CI) a test that needs the harness's own node.
+func (c *Cluster) RequireLocal(t *testing.T, why string) {
+	t.Helper()
+	if c.Local {
+		return
+	}
+	msg := "needs the local harness cluster (" + why + "); this cluster came from KUBECONFIG"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIPPED: " + msg)
+}
+
+// Kubectl runs kubectl against the cluster and returns stdout; it fails the test on error.
+func (c *Cluster) Kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := c.KubectlErr(args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// KubectlErr runs kubectl and returns stdout, or an error carrying stderr.
+func (c *Cluster) KubectlErr(args ...string) (string, error) {
+	return c.KubectlStdin(nil, args...)
+}
+
+// KubectlStdin runs kubectl with stdin.
+func (c *Cluster) KubectlStdin(stdin []byte, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Namespace creates a namespace for one test and deletes it afterwards.
+func (c *Cluster) Namespace(t *testing.T, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%05d", prefix, rand.IntN(100000))
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := c.Clientset.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	// Pods need the namespace's default service account.
+	Eventually(t, time.Minute, "service account default in "+name, func() (bool, error) {
+		_, err := c.Clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dump(t, name)
+		}
+		_ = c.Clientset.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+func (c *Cluster) dump(t *testing.T, ns string) {
+	out, _ := c.KubectlErr("-n", ns, "get", "pods,resourceclaims,events", "-o", "wide")
+	t.Logf("namespace %s at failure:\n%s", ns, out)
+}
+
+// Eventually polls cond every 500ms until it is true, fails on error or after timeout.
+func Eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// WaitForPodPhase waits for the pod to reach one of the phases and returns the pod.
+func (c *Cluster) WaitForPodPhase(t *testing.T, ns, name string, timeout time.Duration, phases ...corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	Eventually(t, timeout, fmt.Sprintf("pod %s/%s in phase %v", ns, name, phases), func() (bool, error) {
+		p, err := c.Clientset.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pod = p
+		for _, ph := range phases {
+			if p.Status.Phase == ph {
+				return true, nil
+			}
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("pod failed: %s", p.Status.Message)
+		}
+		return false, fmt.Errorf("phase %s", p.Status.Phase)
+	})
+	return pod
+}
+
+// NewestResourceVersion is the newest resource.k8s.io version the cluster serves (v1, v1beta2 or
+// v1beta1), so one suite runs on 1.32 through 1.37.
+func (c *Cluster) NewestResourceVersion(t *testing.T) string {
+	t.Helper()
+	groups, err := c.Clientset.Discovery().ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups.Groups {
+		if g.Name == "resource.k8s.io" {
+			served := map[string]bool{}
+			for _, v := range g.Versions {
+				served[v.Version] = true
+			}
+			for _, v := range []string{"v1", "v1beta2", "v1beta1"} {
+				if served[v] {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatal("the cluster does not serve resource.k8s.io: enable DynamicResourceAllocation (1.32/1.33: feature gate + runtime-config)")
+	return ""
+}

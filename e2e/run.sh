@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Run the end-to-end suite: on the cluster $KUBECONFIG names, or on a local cluster started here and
+# stopped afterwards. `run.sh matrix` runs it on 1.32.13 (the seed's beta flags), 1.34.2 and 1.37.2.
+set -euo pipefail
+source "$(dirname "$0")/cluster/lib.sh"
+REPO=$(cd "$HERE/../.." && pwd)
+cd "$REPO"
+
+run_suite() {
+  go test -count=1 -v -timeout 40m ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION.log"
+}
+
+local_suite() {
+  if cluster_running; then
+    die "a local cluster is already running; the suite starts its own: 'make cluster-down' first (or set KUBECONFIG to use that one)"
+  fi
+  trap '"$HERE/cluster/down.sh"' EXIT
+  MODE=full "$HERE/cluster/up.sh"
+  export KUBECONFIG=$KUBECONFIG_PATH GPU_DRA_LOCAL_CLUSTER=1 GPU_DRA_NODE_NAME=$NODE_NAME
+  export GPU_DRA_K8S_BIN=$(k8s_bin_dir "$K8S_VERSION")
+  export PATH=$GPU_DRA_K8S_BIN:$(tools_bin_dir):$PATH
+  step "running the e2e suite on Kubernetes v$K8S_VERSION"
+  run_suite
+  "$HERE/cluster/down.sh"
+  trap - EXIT
+}
+
+mkdir -p "$REPO/_output"
+if [ "${1:-}" = matrix ]; then
+  for v in 1.32.13 1.34.2 1.37.2; do
+    unset RUNTIME_CONFIG FEATURE_GATES
+    if [ "$v" = 1.32.13 ]; then
+      export RUNTIME_CONFIG=resource.k8s.io/v1beta1=true FEATURE_GATES=DynamicResourceAllocation=true
+    fi
+    export K8S_VERSION=$v
+    local_suite
+  done
+elif [ -n "${KUBECONFIG:-}" ]; then
+  step "running the e2e suite on the cluster of KUBECONFIG=$KUBECONFIG"
+  export PATH=$(k8s_bin_dir "$K8S_VERSION"):$PATH
+  run_suite
+else
+  local_suite
+fi

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what `make test` and `make demo` need on a fresh Debian machine of this kind: Debian
+# packages for the local cluster, and Go tools from the module proxy (into the harness cache).
+set -euo pipefail
+source "$(dirname "$0")/../e2e/cluster/lib.sh"
+
+pkgs=(runc containernetworking-plugins iptables conntrack socat ethtool kmod sudo openssl curl
+  busybox-static iproute2 psmisc ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || die "missing Debian packages (${missing[*]}); run as root or install them"
+  step "installing Debian packages: ${missing[*]}"
+  timed "apt-get update" apt-get update
+  DEBIAN_FRONTEND=noninteractive timed "apt-get install" apt-get install -y --no-install-recommends "${missing[@]}"
+else
+  step "Debian packages present"
+fi
+
+bin=$(tools_bin_dir)
+mkdir -p "$bin"
+install_tool() { # NAME MODULE/PKG@VERSION
+  local stamp=$bin/.$1.version
+  [ -x "$bin/$1" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$2" ] && return 0
+  GOBIN=$bin timed "go install $2" go install "$2"
+  echo "$2" > "$stamp"
+}
+install_tool staticcheck honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION:-v0.8.2}
+install_tool benchstat golang.org/x/perf/cmd/benchstat@${BENCHSTAT_VERSION:-v0.0.0-20260908200009-22c9c6c9d4da}
+step "tools ready in $bin"
