@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,4 +45,13 @@ func HostProcess(t *testing.T, name string, args ...string) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// Run runs a command to completion with a timeout and returns its combined output.
+func Run(t *testing.T, timeout time.Duration, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(out), err
 }
