@@ -21,10 +21,29 @@ fi
 
 step "building Kubernetes v$kv (${missing[*]}) from the k8s.io/kubernetes module"
 note "one-time build: about 15 minutes on 2 cores with an empty Go cache, under 2 minutes warm; cached in $bin"
+# staging_version MODULE VERSION: VERSION if the module proxy serves it, else the newest earlier patch
+# of the same minor that it serves (the proxy refuses a few staging versions, e.g.
+# k8s.io/endpointslice v0.32.13; patch releases of a staging library are interchangeable here).
+staging_version() {
+  local m=$1 v=$2
+  if go mod download "$m@$v" >/dev/null 2>&1; then echo "$v"; return; fi
+  local minor=${v%.*} alt
+  alt=$(go list -m -versions "$m" 2>/dev/null | tr ' ' '\n' | grep "^$minor\.[0-9]*$" | sort -t. -k3 -n | awk -F. -v p="${v##*.}" '$3 < p' | tail -1)
+  # None at all: leave it out; the build fails later only if a binary we build imports it.
+  [ -n "$alt" ] || { echo "    $m@$v is not served and no earlier $minor.x is; not replaced" >&2; return 0; }
+  echo "    $m@$v is not served; using $alt" >&2
+  echo "$alt"
+}
+
 cd "$mod"
 if [ ! -f go.sum ]; then
   timed "download k8s.io/kubernetes@v$kv" go mod download k8s.io/kubernetes@v$kv
   kmod=$(go env GOMODCACHE)/k8s.io/kubernetes@v$kv/go.mod
+  replaces=""
+  for m in $(grep -o 'k8s.io/[a-z0-9-]* => ./staging' "$kmod" | awk '{print $1}'); do
+    v=$(cd / && staging_version "$m" "v$sv")
+    [ -z "$v" ] || replaces+="	$m => $m $v"$'\n'
+  done
   {
     echo "module gpu-dra.local/k8s-build"
     echo
@@ -35,7 +54,7 @@ if [ ! -f go.sum ]; then
     echo
     echo "replace ("
     # Every staging module is replaced by ./staging upstream; point each at its published twin.
-    grep -o 'k8s.io/[a-z0-9-]* => ./staging' "$kmod" | awk -v sv="v$sv" '{print "\t" $1 " => " $1 " " sv}'
+    printf '%s' "$replaces"
     echo ")"
   } > go.mod
   cat > tools.go <<'EOT'
