@@ -15,11 +15,11 @@ if [ -z "${KUBECONFIG:-}" ]; then
   if [ ! -x "$(k8s_bin_dir "$K8S_VERSION")/kube-apiserver" ]; then
     note "first run on this machine: Kubernetes v$K8S_VERSION is built from source once (about 15 minutes on 2 cores, then cached)"
   fi
-  MODE=full "$HERE/cluster/up.sh"
+  MODE=full "$HERE/up.sh"
   export KUBECONFIG=$KUBECONFIG_PATH
 else
   step "using the cluster of KUBECONFIG=$KUBECONFIG"
-  "$HERE/cluster/build-k8s.sh" "$K8S_VERSION" >/dev/null
+  "$HERE/build-k8s.sh" "$K8S_VERSION" >/dev/null
 fi
 export PATH=$(k8s_bin_dir "$K8S_VERSION"):$(tools_bin_dir):$PATH
 version=$(kubectl api-versions | grep '^resource.k8s.io/' | sed 's#resource.k8s.io/##' | sort -r | head -1)
@@ -35,7 +35,7 @@ if [ ! -d charts/gpu-dra ]; then
   kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded pod/demo-smoke --timeout=120s >/dev/null
   add "smoke pod: $(kubectl -n "$NS" logs demo-smoke)"
 else
-  "$HERE/cluster/build-tools.sh" helm >/dev/null
+  "$HERE/build-tools.sh" helm >/dev/null
   step "installing the chart (helm upgrade --install gpu-dra charts/gpu-dra -n gpu-dra)"
   helm upgrade --install gpu-dra charts/gpu-dra -n gpu-dra --create-namespace --wait --timeout 5m \
     --set image.repository="${PROJECT_IMAGE%:*}" --set image.tag="${PROJECT_IMAGE##*:}" --set image.pullPolicy=Never >/dev/null

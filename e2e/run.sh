@@ -7,21 +7,21 @@ REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
 
 run_suite() {
-  go test -count=1 -v -timeout 40m ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION.log"
+  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION.log"
 }
 
 local_suite() {
   if cluster_running; then
     die "a local cluster is already running; the suite starts its own: 'make cluster-down' first (or set KUBECONFIG to use that one)"
   fi
-  trap '"$HERE/cluster/down.sh"' EXIT
-  MODE=full "$HERE/cluster/up.sh"
+  trap '"$HERE/down.sh"' EXIT
+  MODE=full "$HERE/up.sh"
   export KUBECONFIG=$KUBECONFIG_PATH GPU_DRA_LOCAL_CLUSTER=1 GPU_DRA_NODE_NAME=$NODE_NAME
   export GPU_DRA_K8S_BIN=$(k8s_bin_dir "$K8S_VERSION")
   export PATH=$GPU_DRA_K8S_BIN:$(tools_bin_dir):$PATH
   step "running the e2e suite on Kubernetes v$K8S_VERSION"
   run_suite
-  "$HERE/cluster/down.sh"
+  "$HERE/down.sh"
   trap - EXIT
 }
 

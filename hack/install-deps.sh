@@ -27,4 +27,7 @@ install_tool() { # NAME MODULE/PKG@VERSION
 }
 install_tool staticcheck honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION:-v0.8.2}
 install_tool benchstat golang.org/x/perf/cmd/benchstat@${BENCHSTAT_VERSION:-v0.0.0-20260908200009-22c9c6c9d4da}
+# The chart tests validate rendered manifests against the OpenAPI specs shipped in these releases.
+timed "go mod download k8s.io/kubernetes (OpenAPI specs 1.32/1.34/1.37)" \
+  go mod download k8s.io/kubernetes@v1.32.13 k8s.io/kubernetes@v1.34.2 k8s.io/kubernetes@v1.37.2
 step "tools ready in $bin"
