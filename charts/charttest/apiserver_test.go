@@ -1,0 +1,537 @@
+package charttest
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/certs"
+	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+)
+
+// applier creates rendered objects on a real API server, as `helm install` would.
+type applier struct {
+	t      *testing.T
+	cfg    *rest.Config
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+func newApplier(t *testing.T, cfg *rest.Config) *applier {
+	t.Helper()
+	a := &applier{t: t, cfg: cfg, dyn: dynamic.NewForConfigOrDie(cfg)}
+	a.refresh()
+	return a
+}
+
+func (a *applier) refresh() {
+	a.t.Helper()
+	cs := kubernetes.NewForConfigOrDie(a.cfg)
+	groups, err := restmapper.GetAPIGroupResources(cs.Discovery())
+	if err != nil {
+		a.t.Fatalf("discovery: %v", err)
+	}
+	a.mapper = restmapper.NewDiscoveryRESTMapper(groups)
+}
+
+func (a *applier) resource(obj *unstructured.Unstructured) dynamic.ResourceInterface {
+	a.t.Helper()
+	gvk := obj.GroupVersionKind()
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		a.t.Fatalf("%s %s: the server does not serve it: %v", gvk, obj.GetName(), err)
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(releaseNS)
+		}
+		return a.dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+	}
+	return a.dyn.Resource(m.Resource)
+}
+
+func (a *applier) create(ms []manifest) {
+	a.t.Helper()
+	for _, m := range ms {
+		obj := &unstructured.Unstructured{Object: m.Obj}
+		if _, err := a.resource(obj).Create(a.t.Context(), obj.DeepCopy(), metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+			a.t.Errorf("create %s %s (%s): %v", m.kind(), m.name(), m.Source, err)
+		}
+	}
+}
+
+// TestInstallOnAPIServer creates everything the chart renders on a real kube-apiserver serving
+// what a 1.32 cluster serves (v1beta1 only) and what a 1.34+ cluster serves (v1), with strict
+// field validation: CEL in the DeviceClass, the admission policy and the webhook matchConditions
+// is compiled by the server. Then it checks RBAC and the admission policy as the service
+// accounts themselves.
+func TestInstallOnAPIServer(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		runtimeConfig string
+		c             cluster
+	}{
+		{"v1beta1-only-like-1.32", apiserver.V1Beta1Only, clusters[0]},
+		{"v1-like-1.34", apiserver.AllVersions, clusters[1]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := apiserver.Start(t, apiserver.WithRuntimeConfig(tc.runtimeConfig))
+			served := srv.ServedResourceVersions(t)
+			caps := capabilities(t, tc.c)
+			caps.APIVersions = slices.DeleteFunc(caps.APIVersions, func(v string) bool { return strings.HasPrefix(v, "resource.k8s.io/") })
+			for _, v := range served {
+				caps.APIVersions = append(caps.APIVersions, "resource.k8s.io/"+v)
+			}
+			r := mustRender(t, caps, values(t, installSets...))
+			dc, _ := r.find("DeviceClass", "")
+			if dc.apiVersion() != tc.c.wantResourceAPI {
+				t.Fatalf("server serves %v; chart chose %s, want %s", served, dc.apiVersion(), tc.c.wantResourceAPI)
+			}
+			ctx := t.Context()
+			if _, err := srv.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			a := newApplier(t, srv.Config)
+			a.create(r.Manifests)
+			if t.Failed() {
+				t.FailNow()
+			}
+			t.Run("RBAC", func(t *testing.T) { testRBAC(t, srv) })
+			t.Run("SliceAdmissionPolicy", func(t *testing.T) { testSlicePolicy(t, srv, dc.apiVersion()) })
+			t.Run("WebhookRouting", func(t *testing.T) { testWebhookRouting(t, srv, dc.apiVersion()) })
+			t.Run("CertManager", func(t *testing.T) { testCertManagerObjects(t, srv, a, caps) })
+		})
+	}
+}
+
+// serviceAccounts are the chart's identities and the file of what each may do.
+var serviceAccounts = []string{"gpu-dra-kubelet-plugin", "gpu-dra-webhook", "gpu-dra-cleanup"}
+
+func impersonate(cfg *rest.Config, sa string, extra map[string][]string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + releaseNS + ":" + sa, Extra: extra}
+	return c
+}
+
+// rules lists what the identity may do in namespace, one "verb group/resource[/name]" a line,
+// as `kubectl auth can-i --list` does (SelfSubjectRulesReview), minus what every authenticated
+// user may do.
+func rules(t *testing.T, cfg *rest.Config, namespace string) []string {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	review, err := cs.AuthorizationV1().SelfSubjectRulesReviews().Create(t.Context(), &authorizationv1.SelfSubjectRulesReview{
+		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("SelfSubjectRulesReview: %v", err)
+	}
+	if review.Status.Incomplete {
+		t.Fatalf("rules review incomplete: %s", review.Status.EvaluationError)
+	}
+	var out []string
+	for _, r := range review.Status.ResourceRules {
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{""}
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					for _, n := range names {
+						line := v + " " + g + "/" + res
+						if g == "" {
+							line = v + " core/" + res
+						}
+						if n != "" {
+							line += " " + n
+						}
+						out = append(out, line)
+					}
+				}
+			}
+		}
+	}
+	for _, r := range review.Status.NonResourceRules {
+		for _, u := range r.NonResourceURLs {
+			for _, v := range r.Verbs {
+				out = append(out, v+" "+u)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func testRBAC(t *testing.T, srv *apiserver.Server) {
+	ctx := t.Context()
+	// A service account without bindings: what everyone may do anyway.
+	if _, err := srv.Clientset.CoreV1().ServiceAccounts(releaseNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := "some-user-namespace"
+	if _, err := srv.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, sa := range serviceAccounts {
+		t.Run(sa, func(t *testing.T) {
+			var got strings.Builder
+			for _, namespace := range []string{releaseNS, other} {
+				baseline := rules(t, impersonate(srv.Config, "baseline", nil), namespace)
+				fmt.Fprintf(&got, "# namespace %s\n", map[string]string{releaseNS: "<release>", other: "<other>"}[namespace])
+				for _, line := range rules(t, impersonate(srv.Config, sa, nil), namespace) {
+					if !slices.Contains(baseline, line) {
+						got.WriteString(line + "\n")
+					}
+				}
+			}
+			path := filepath.Join("testdata", "rbac", sa+".txt")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(want) != got.String() {
+				t.Errorf("%s may do other things than %s lists.\ngot:\n%s", sa, path, got.String())
+			}
+		})
+	}
+
+	// Spot checks through SubjectAccessReview, as the authorizer answers the API server.
+	for _, tc := range []struct {
+		sa        string
+		attrs     authorizationv1.ResourceAttributes
+		wantAllow bool
+	}{
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}, true},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "update", Group: "resource.k8s.io", Resource: "resourceclaims", Namespace: other}, false},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets", Namespace: releaseNS}, false},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Namespace: other}, true},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "delete", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Namespace: other}, false},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "update", Resource: "secrets", Namespace: releaseNS, Name: "gpu-dra-webhook-tls"}, true},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: releaseNS, Name: "someone-elses"}, false},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: other, Name: "gpu-dra-webhook-tls"}, false},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "gpu-dra-webhook"}, true},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "another-webhook"}, false},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}, false},
+		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "deletecollection", Group: "resource.k8s.io", Resource: "resourceslices"}, true},
+		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}, false},
+	} {
+		sar, err := srv.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + releaseNS + ":" + tc.sa,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS, "system:authenticated"},
+			ResourceAttributes: &tc.attrs,
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != tc.wantAllow {
+			t.Errorf("%s %s %s/%s %s in %q: allowed %v, want %v", tc.sa, tc.attrs.Verb, tc.attrs.Group, tc.attrs.Resource, tc.attrs.Name, tc.attrs.Namespace, sar.Status.Allowed, tc.wantAllow)
+		}
+	}
+}
+
+func slice(apiVersion, name, node string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": apiVersion,
+		"kind":       "ResourceSlice",
+		"metadata":   map[string]any{"name": name},
+		"spec": map[string]any{
+			"driver":   "gpu.example.com",
+			"nodeName": node,
+			"pool":     map[string]any{"name": node, "generation": int64(1), "resourceSliceCount": int64(1)},
+		},
+	}}
+}
+
+const nodeClaim = "authentication.kubernetes.io/node-name"
+
+// testSlicePolicy acts as the plugin's service account with the node claim a pod-bound token
+// carries, and as the admin.
+func testSlicePolicy(t *testing.T, srv *apiserver.Server, apiVersion string) {
+	ctx := t.Context()
+	gv, _ := schema.ParseGroupVersion(apiVersion)
+	gvr := gv.WithResource("resourceslices")
+	admin := dynamic.NewForConfigOrDie(srv.Config).Resource(gvr)
+	onNodeA := dynamic.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", map[string][]string{nodeClaim: {"node-a"}})).Resource(gvr)
+	noClaim := dynamic.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", nil)).Resource(gvr)
+
+	// Policies take effect asynchronously once their type checking ran.
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = onNodeA.Create(ctx, slice(apiVersion, "probe-node-b", "node-b"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the admission policy never denied a slice for another node: %v", err)
+	}
+	if !strings.Contains(last.Error(), "may only write ResourceSlices with spec.nodeName node-a") {
+		t.Errorf("denial does not explain itself: %v", last)
+	}
+
+	if _, err := onNodeA.Create(ctx, slice(apiVersion, "node-a-gpu", "node-a"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("plugin on node-a creating its own slice: %v", err)
+	}
+	if _, err := noClaim.Create(ctx, slice(apiVersion, "no-claim", "node-a"), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "node-name claim") {
+		t.Errorf("plugin without a node claim: err = %v, want a denial naming the claim", err)
+	}
+	if _, err := admin.Create(ctx, slice(apiVersion, "node-b-gpu", "node-b"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("other users are not restricted by the policy: %v", err)
+	}
+	if err := onNodeA.Delete(ctx, "node-b-gpu", metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), "not \"node-b\"") {
+		t.Errorf("plugin on node-a deleting node-b's slice: err = %v, want denied", err)
+	}
+	if err := onNodeA.Delete(ctx, "node-a-gpu", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("plugin on node-a deleting its own slice: %v", err)
+	}
+	// The cleanup hook deletes every slice of the driver, whatever its node.
+	cleanup := dynamic.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-cleanup", nil)).Resource(gvr)
+	if err := cleanup.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=gpu.example.com"}); err != nil {
+		t.Errorf("cleanup hook deleting all slices: %v", err)
+	}
+	if l, err := admin.List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
+		t.Errorf("after cleanup: %d slices left (%v)", len(l.Items), err)
+	}
+}
+
+// certManagerCRDs returns the CRD manifests shipped in the cert-manager module.
+func certManagerCRDs(t *testing.T) []manifest {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-json", "github.com/cert-manager/cert-manager").Output()
+	if err != nil {
+		t.Fatalf("locate cert-manager module: %v", err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("locate cert-manager module: %v %s", err, out)
+	}
+	var ms []manifest
+	for _, f := range []string{"cert-manager.io_issuers.yaml", "cert-manager.io_certificates.yaml"} {
+		data, err := os.ReadFile(filepath.Join(mod.Dir, "deploy", "crds", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range splitDocs(string(data)) {
+			var obj map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, manifest{Source: f, Obj: obj})
+		}
+	}
+	return ms
+}
+
+// testCertManagerObjects installs cert-manager's CRDs and creates the cert-manager mode's objects,
+// validated by cert-manager's own schemas.
+func testCertManagerObjects(t *testing.T, srv *apiserver.Server, a *applier, caps any) {
+	a.create(certManagerCRDs(t))
+	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		a.refresh()
+		_, err := a.mapper.RESTMapping(schema.GroupKind{Group: "cert-manager.io", Kind: "Certificate"}, "v1")
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("cert-manager CRDs not served: %v", err)
+	}
+	r := mustRender(t, capabilities(t, clusters[1], "cert-manager.io/v1"), values(t, "certs.mode=cert-manager"))
+	var cm []manifest
+	for _, m := range r.Manifests {
+		if strings.HasPrefix(m.apiVersion(), "cert-manager.io/") {
+			cm = append(cm, m)
+		}
+	}
+	if len(cm) != 4 {
+		t.Fatalf("cert-manager mode renders %d cert-manager objects, want 4", len(cm))
+	}
+	a.create(cm)
+}
+
+// recorder is a stand-in for gpu-webhook that admits everything and records what the API
+// server sent it, to check which requests the rendered configurations route to the webhook.
+type recorder struct {
+	mu   sync.Mutex
+	seen []string // "<path> <kind> <namespace>/<name>"
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, "bad review", http.StatusBadRequest)
+		return
+	}
+	name := review.Request.Name
+	if name == "" {
+		var obj struct {
+			Metadata struct{ Name, GenerateName string } `json:"metadata"`
+		}
+		_ = json.Unmarshal(review.Request.Object.Raw, &obj)
+		name = obj.Metadata.Name + obj.Metadata.GenerateName
+	}
+	rec.mu.Lock()
+	rec.seen = append(rec.seen, fmt.Sprintf("%s %s %s/%s", r.URL.Path, review.Request.Kind.Kind, review.Request.Namespace, name))
+	rec.mu.Unlock()
+	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	review.Request = nil
+	_ = json.NewEncoder(w).Encode(review)
+}
+
+func (rec *recorder) calls() []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return slices.Clone(rec.seen)
+}
+
+// testWebhookRouting points the installed webhook configurations at a recorder and checks their
+// rules, matchConditions and namespaceSelector on the real API server: only annotated pods and
+// claims/templates outside the excluded namespaces reach the webhook.
+func testWebhookRouting(t *testing.T, srv *apiserver.Server, resourceAPI string) {
+	ctx := t.Context()
+	cs := srv.Clientset
+	bundle, _, err := certs.Renew(certs.Bundle{}, []string{"localhost"}, time.Now(), certs.Lifetimes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(bundle.Cert, bundle.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	ts := httptest.NewUnstartedServer(rec)
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	for _, o := range certs.TLSOpts() {
+		o(ts.TLS)
+	}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	url := func(path string) *string {
+		u := strings.Replace(ts.URL, "127.0.0.1", "localhost", 1) + path
+		return &u
+	}
+	admission := cs.AdmissionregistrationV1()
+	vwc, err := admission.ValidatingWebhookConfigurations().Get(ctx, "gpu-dra-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: url(*vwc.Webhooks[i].ClientConfig.Service.Path), CABundle: bundle.CACert}
+	}
+	if _, err := admission.ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mwc, err := admission.MutatingWebhookConfigurations().Get(ctx, "gpu-dra-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range mwc.Webhooks {
+		mwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: url(*mwc.Webhooks[i].ClientConfig.Service.Path), CABundle: bundle.CACert}
+	}
+	if _, err := admission.MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	user := "team-a"
+	for _, n := range []string{user, "kube-system"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{user, "kube-system", releaseNS} {
+		// No controller-manager here to create it; the ServiceAccount admission plugin wants it.
+		if _, err := cs.CoreV1().ServiceAccounts(n).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	pod := func(ns, name string, annotations map[string]string) {
+		t.Helper()
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: ptr.To(false),
+				Containers:                   []corev1.Container{{Name: "c", Image: "busybox"}},
+			},
+		}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Errorf("create pod %s/%s: %v", ns, name, err)
+		}
+	}
+	// The webhook configuration is read by the API server asynchronously: wait for the first call.
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pod(user, "probe-"+strconv.Itoa(len(rec.calls()))+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), map[string]string{"gpu.example.com/count": "1"})
+		return len(rec.calls()) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the API server never called the mutating webhook: %v", err)
+	}
+	before := len(rec.calls())
+	pod(user, "annotated", map[string]string{"gpu.example.com/count": "2"})
+	pod(user, "other-annotations", map[string]string{"example.com/owner": "me"})
+	pod(user, "no-annotations", nil)
+	pod("kube-system", "annotated-system", map[string]string{"gpu.example.com/count": "2"})
+	pod(releaseNS, "annotated-release", map[string]string{"gpu.example.com/count": "2"})
+
+	gv, _ := schema.ParseGroupVersion(resourceAPI)
+	templates := dynamic.NewForConfigOrDie(srv.Config).Resource(gv.WithResource("resourceclaimtemplates"))
+	tmpl := func(ns, name string) {
+		t.Helper()
+		request := map[string]any{"name": "gpu", "deviceClassName": "gpu.example.com"}
+		if gv.Version == "v1" {
+			request = map[string]any{"name": "gpu", "exactly": map[string]any{"deviceClassName": "gpu.example.com"}}
+		}
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": resourceAPI, "kind": "ResourceClaimTemplate",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec":     map[string]any{"spec": map[string]any{"devices": map[string]any{"requests": []any{request}}}},
+		}}
+		if _, err := templates.Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Errorf("create ResourceClaimTemplate %s/%s: %v", ns, name, err)
+		}
+	}
+	tmpl(user, "user-template")
+	tmpl("kube-system", "system-template")
+
+	got := rec.calls()[before:]
+	want := []string{
+		"/mutate-pod Pod " + user + "/annotated",
+		"/validate-resource-claim ResourceClaimTemplate " + user + "/user-template",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("webhook calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -1,0 +1,47 @@
+// Command gpu-webhook serves the admission webhooks of the gpu.example.com DRA driver.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/gpu-dra/gpu-dra/webhook/server"
+)
+
+func main() {
+	opts := server.DefaultOptions()
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	klog.InitFlags(fs)
+	opts.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	logger := klog.Background()
+	ctrl.SetLogger(logger)
+	ctx := klog.NewContext(ctrl.SetupSignalHandler(), logger)
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		logger.Error(err, "Loading kubeconfig failed")
+		os.Exit(1)
+	}
+	mgr, err := server.NewManager(cfg, opts)
+	if err != nil {
+		logger.Error(err, "Creating manager failed")
+		os.Exit(1)
+	}
+	if err := server.Setup(mgr, opts); err != nil {
+		logger.Error(err, "Setting up webhooks failed")
+		os.Exit(1)
+	}
+	logger.Info("Starting gpu-webhook", "driver", opts.DriverName, "port", opts.Port, "deny", opts.Deny)
+	if err := mgr.Start(ctx); err != nil {
+		logger.Error(err, "Webhook server stopped")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,171 @@
+// Package celcheck compiles device selectors in the DRA CEL environment and inspects their syntax
+// tree against what this driver publishes, so that a typo in an attribute name or a comparison with
+// the wrong type is caught on admission instead of silently never matching.
+package celcheck
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/lru"
+
+	"github.com/gpu-dra/gpu-dra/driver/inventory"
+)
+
+// Checker analyzes selector expressions for one driver. It is safe for concurrent use; analyses
+// are cached by expression because the same few selectors arrive over and over.
+type Checker struct {
+	driver    string
+	schema    inventory.Schema
+	costLimit uint64
+	compile   func(expr string) dracel.CompilationResult
+	cache     *lru.Cache
+	mu        sync.Mutex
+}
+
+// Option configures a Checker.
+type Option func(*Checker)
+
+// WithCostLimit overrides the estimated-cost limit (default: the API server's
+// CELSelectorExpressionMaxCost).
+func WithCostLimit(limit uint64) Option { return func(c *Checker) { c.costLimit = limit } }
+
+// WithCacheSize bounds the number of cached analyses (default 4096).
+func WithCacheSize(n int) Option { return func(c *Checker) { c.cache = lru.New(n) } }
+
+// New returns a Checker for the driver whose attribute domain is driver and whose devices publish schema.
+func New(driver string, schema inventory.Schema, opts ...Option) *Checker {
+	c := &Checker{
+		driver:    driver,
+		schema:    schema,
+		costLimit: resourceapi.CELSelectorExpressionMaxCost,
+		cache:     lru.New(4096),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	// StoredExpressions accepts everything any supported server accepts; the server itself still
+	// rejects what its own feature gates do not allow, so this never denies a valid selector.
+	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true})
+	envType := environment.StoredExpressions
+	c.compile = func(expr string) dracel.CompilationResult {
+		return compiler.CompileCELExpression(expr, dracel.Options{EnvType: &envType})
+	}
+	return c
+}
+
+// Driver is the attribute domain the checker judges.
+func (c *Checker) Driver() string { return c.driver }
+
+// Ref names one attribute or capacity a selector reads, fully qualified (domain/name).
+type Ref struct {
+	Capacity bool
+	Domain   string
+	Name     string
+}
+
+// Analysis is what a selector does. Issues are complete sentences ending with the fix.
+type Analysis struct {
+	// CompileError is set when the expression does not compile or is too expensive.
+	CompileError string
+	// Issues are references to attributes this driver never publishes and type mismatches.
+	Issues []string
+	// MentionsDriver: the expression compares device.driver with this driver's name.
+	MentionsDriver bool
+	// NamesDomain: the expression reads this driver's attribute or capacity domain.
+	NamesDomain bool
+	// Refs are the attributes and capacities the expression reads; with Opaque set they are
+	// incomplete (the expression reads whole maps), so callers must assume it reads everything.
+	Refs   []Ref
+	Opaque bool
+}
+
+// Analyze compiles and inspects one selector expression. The result is shared; do not modify it.
+func (c *Checker) Analyze(expr string) *Analysis {
+	c.mu.Lock()
+	if v, ok := c.cache.Get(expr); ok {
+		c.mu.Unlock()
+		return v.(*Analysis)
+	}
+	c.mu.Unlock()
+
+	a := c.analyze(expr)
+
+	c.mu.Lock()
+	c.cache.Add(expr, a)
+	c.mu.Unlock()
+	return a
+}
+
+func (c *Checker) analyze(expr string) *Analysis {
+	res := c.compile(expr)
+	if res.Error != nil {
+		return &Analysis{CompileError: compileMessage(res.Error)}
+	}
+	if res.MaxCost > c.costLimit {
+		return &Analysis{CompileError: fmt.Sprintf("estimated cost %d exceeds the limit %d; simplify the expression (fewer nested loops and string operations)", res.MaxCost, c.costLimit)}
+	}
+	// The DRA compiler does not hand out its checked AST; compiling again in the same environment
+	// is cheap next to the cached result and gives the type map the analysis needs.
+	ast, iss := res.Environment.Compile(expr)
+	if iss != nil && iss.Err() != nil {
+		return &Analysis{CompileError: "compilation failed: " + iss.String()}
+	}
+	w := &walker{c: c, ast: ast.NativeRep(), an: &Analysis{}, aliases: map[string]domainRef{}, seen: map[string]bool{}}
+	w.walk(w.ast.Expr())
+	return w.an
+}
+
+func compileMessage(err *apiservercel.Error) string {
+	msg := strings.TrimSpace(err.Detail)
+	// cel-go renders the position with a multi-line source excerpt; a warning or denial is one line.
+	msg = strings.Join(strings.Fields(msg), " ")
+	return msg + "; see https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/ for the device variables (device.driver, device.attributes, device.capacity)"
+}
+
+// publishedAttributes lists the attribute names in documentation order.
+func (c *Checker) publishedAttributes() string {
+	names := make([]string, 0, len(c.schema.Attributes))
+	for _, a := range c.schema.Attributes {
+		names = append(names, string(a.Name))
+	}
+	return strings.Join(names, ", ")
+}
+
+func (c *Checker) publishedCapacities() string {
+	names := make([]string, 0, len(c.schema.Capacities))
+	for _, n := range c.schema.Capacities {
+		names = append(names, string(n))
+	}
+	return strings.Join(names, ", ")
+}
+
+// unknownRef returns the issue for a reference to this driver's domain that the schema lacks.
+func (c *Checker) unknownRef(r Ref) string {
+	name := resourceapi.QualifiedName(r.Name)
+	if r.Capacity {
+		if c.schema.HasCapacity(name) {
+			return ""
+		}
+		msg := fmt.Sprintf("unknown capacity %q; this driver publishes %s", r.Name, c.publishedCapacities())
+		if _, ok := c.schema.Attribute(name); ok {
+			msg += fmt.Sprintf(" (%s is an attribute: device.attributes[%q].%s)", r.Name, c.driver, r.Name)
+		}
+		return msg
+	}
+	if _, ok := c.schema.Attribute(name); ok {
+		return ""
+	}
+	msg := fmt.Sprintf("unknown attribute %q; this driver publishes %s", r.Name, c.publishedAttributes())
+	if c.schema.HasCapacity(name) {
+		msg += fmt.Sprintf(" (%s is a capacity: device.capacity[%q].%s)", r.Name, c.driver, r.Name)
+	}
+	return msg
+}
+
+func inventoryName(name string) resourceapi.QualifiedName { return resourceapi.QualifiedName(name) }

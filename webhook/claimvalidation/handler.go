@@ -1,0 +1,67 @@
+package claimvalidation
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+)
+
+// Handler serves the Validator as a controller-runtime admission handler for ResourceClaims and
+// ResourceClaimTemplates of every resource.k8s.io version.
+type Handler struct {
+	Validator *Validator
+}
+
+var _ admission.Handler = &Handler{}
+
+// Handle implements admission.Handler.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	logger := klog.FromContext(ctx).WithValues("kind", req.Kind.Kind, "version", req.Kind.Version, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
+	ctx = klog.NewContext(ctx, logger)
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	gvk := schema.GroupVersionKind(req.Kind)
+	if !upgrade.Supported(gvk) {
+		return admission.Allowed("not a resource.k8s.io ResourceClaim or ResourceClaimTemplate")
+	}
+	obj, err := upgrade.Decode(req.Object.Raw, gvk)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err))
+	}
+	if req.Operation == admissionv1.Update {
+		// Claim and template specs are immutable; an update touches metadata or is rejected by
+		// the server anyway. Judging it again would block removing finalizers of old objects.
+		if old, err := upgrade.Decode(req.OldObject.Raw, gvk); err == nil && equality.Semantic.DeepEqual(old.Spec(), obj.Spec()) {
+			verdicts.WithLabelValues("skipped", gvk.Version).Inc()
+			return admission.Allowed("spec unchanged")
+		}
+	}
+	res := h.Validator.Validate(ctx, obj)
+	if len(res.Denied) > 0 {
+		logger.V(2).Info("Denied", "reasons", res.Denied)
+		verdicts.WithLabelValues("denied", gvk.Version).Inc()
+		name := req.Name
+		if name == "" {
+			// generateName objects have no name yet; claims made from templates are such.
+			name = obj.GenerateName() + "*"
+		}
+		return admission.Denied(fmt.Sprintf("%s %q is invalid: %s", gvk.Kind, name, strings.Join(res.Denied, "; "))).WithWarnings(res.Warnings...)
+	}
+	if len(res.Warnings) > 0 {
+		logger.V(2).Info("Admitted with warnings", "warnings", res.Warnings)
+		verdicts.WithLabelValues("warned", gvk.Version).Inc()
+	} else {
+		verdicts.WithLabelValues("allowed", gvk.Version).Inc()
+	}
+	return admission.Allowed("").WithWarnings(res.Warnings...)
+}

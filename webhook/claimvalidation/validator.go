@@ -1,0 +1,258 @@
+// Package claimvalidation judges ResourceClaims and ResourceClaimTemplates (converted to v1) for
+// one DRA driver: it denies what can never work and warns about what does not work right now.
+// The Validator has no API server dependency, so the offline CLI runs the same checks.
+package claimvalidation
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
+	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+)
+
+// Inventory is what the validator needs to know about the cluster. An informer-backed
+// inventoryview.View implements it, and so does one built from files.
+type Inventory interface {
+	// DeviceClass returns the named class or nil when it does not exist.
+	DeviceClass(name string) (*resourceapi.DeviceClass, error)
+	// Unsatisfiable explains why no node can satisfy spec right now, or returns "".
+	Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error)
+}
+
+// Validator runs the checks. It is safe for concurrent use.
+type Validator struct {
+	driver     string
+	checker    *celcheck.Checker
+	inventory  Inventory
+	maxDevices int
+	deny       map[Rule]bool
+}
+
+// Option configures a Validator.
+type Option func(*Validator)
+
+// WithInventory enables the class and feasibility checks.
+func WithInventory(inv Inventory) Option { return func(v *Validator) { v.inventory = inv } }
+
+// WithMaxDevicesPerNode enables the "more devices than any node holds" denial.
+func WithMaxDevicesPerNode(n int) Option { return func(v *Validator) { v.maxDevices = n } }
+
+// WithDeny turns the warnings of the given rules into denials.
+func WithDeny(rules ...Rule) Option {
+	return func(v *Validator) {
+		for _, r := range rules {
+			v.deny[r] = true
+		}
+	}
+}
+
+// WithChecker shares a selector analyzer (and its cache), e.g. with an inventoryview.View.
+func WithChecker(c *celcheck.Checker) Option { return func(v *Validator) { v.checker = c } }
+
+// New returns a validator for the named driver.
+func New(driver string, opts ...Option) *Validator {
+	v := &Validator{driver: driver, deny: map[Rule]bool{}}
+	for _, o := range opts {
+		o(v)
+	}
+	if v.checker == nil {
+		v.checker = celcheck.New(driver, inventory.DeviceSchema())
+	}
+	return v
+}
+
+// Result is the verdict: any Denied entry rejects the object; Warnings are shown to the user.
+// Each entry names the field and the fix.
+type Result struct {
+	Denied   []string
+	Warnings []string
+}
+
+func (r *Result) add(deny bool, msg string) {
+	if deny {
+		r.Denied = append(r.Denied, msg)
+	} else {
+		r.Warnings = append(r.Warnings, msg)
+	}
+}
+
+// deviceRequest is an exact request or a firstAvailable subrequest, with where it sits.
+type deviceRequest struct {
+	name      string
+	class     string
+	selectors []resourceapi.DeviceSelector
+	mode      resourceapi.DeviceAllocationMode
+	count     int64
+	path      *field.Path
+}
+
+func requests(obj *upgrade.Object) []deviceRequest {
+	spec := obj.Spec()
+	var out []deviceRequest
+	for i, r := range spec.Devices.Requests {
+		p := obj.SpecPath().Child("devices", "requests").Index(i)
+		if r.Exactly != nil {
+			ep := p.Child("exactly")
+			if obj.IsV1Beta1() {
+				// v1beta1 has no `exactly`: point at the fields where the user wrote them.
+				ep = p
+			}
+			e := r.Exactly
+			out = append(out, deviceRequest{name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count, path: ep})
+		}
+		for j, s := range r.FirstAvailable {
+			out = append(out, deviceRequest{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count, path: p.Child("firstAvailable").Index(j)})
+		}
+	}
+	return out
+}
+
+// Validate judges obj. Requests and opaque config of other drivers pass untouched.
+func (v *Validator) Validate(ctx context.Context, obj *upgrade.Object) Result {
+	logger := klog.FromContext(ctx)
+	var res Result
+	judged := false
+	classMissing := false
+	inventoryDown := false
+	ourRequests := map[string]bool{}
+	for _, r := range requests(obj) {
+		var class *resourceapi.DeviceClass
+		classKnown := v.inventory != nil
+		if classKnown {
+			c, err := v.inventory.DeviceClass(r.class)
+			if err != nil {
+				// Without the class only the selectors can say whether the request is ours.
+				logger.Info("DeviceClass lookup failed; judging by the selectors only", "deviceClass", r.class, "err", err)
+				classKnown = false
+				inventoryDown = true
+			}
+			class = c
+		}
+		ours := v.classIsOurs(class)
+		for _, s := range r.selectors {
+			if s.CEL != nil && v.checker.Analyze(s.CEL.Expression).NamesDomain {
+				ours = true
+			}
+		}
+		missing := classKnown && class == nil
+		if !ours && !missing {
+			continue
+		}
+		judged = true
+		ourRequests[strings.SplitN(r.name, "/", 2)[0]] = true
+		for i, s := range r.selectors {
+			if s.CEL == nil {
+				continue
+			}
+			p := r.path.Child("selectors").Index(i).Child("cel", "expression")
+			a := v.checker.Analyze(s.CEL.Expression)
+			if a.CompileError != "" {
+				res.add(true, fmt.Sprintf("%s: %s", p, a.CompileError))
+				continue
+			}
+			for _, issue := range a.Issues {
+				res.add(true, fmt.Sprintf("%s: %s", p, issue))
+			}
+		}
+		if ours && v.maxDevices > 0 && r.mode == resourceapi.DeviceAllocationModeExactCount && r.count > int64(v.maxDevices) {
+			res.add(true, fmt.Sprintf("%s: request %s wants %d devices, but no node of driver %s holds more than %d; request at most %d or split the work across several claims",
+				r.path.Child("count"), r.name, r.count, v.driver, v.maxDevices, v.maxDevices))
+		}
+		if missing {
+			classMissing = true
+			res.add(v.deny[RuleMissingClass], fmt.Sprintf("%s: DeviceClass %q does not exist; create it or use this driver's class %q",
+				r.path.Child("deviceClassName"), r.class, v.driver))
+		}
+	}
+	configs := obj.SpecPath().Child("devices", "config")
+	for i, c := range obj.Spec().Devices.Config {
+		if c.Opaque == nil || c.Opaque.Driver != v.driver {
+			continue
+		}
+		judged = true
+		if _, err := v1alpha1.Decode(c.Opaque.Parameters.Raw, configs.Index(i).Child("opaque", "parameters")); err != nil {
+			res.add(true, err.Error())
+		}
+	}
+	if !judged {
+		return res
+	}
+	if len(res.Denied) == 0 && !classMissing && !inventoryDown && v.inventory != nil {
+		msg, err := v.inventory.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
+		switch {
+		case err != nil:
+			logger.Error(err, "Feasibility check failed; admitting without it")
+		case msg != "":
+			res.add(v.deny[RuleUnsatisfiable], fmt.Sprintf("%s: nothing currently published can satisfy the claim: %s", obj.SpecPath().Child("devices"), msg))
+		}
+	}
+	if obj.Deprecated() {
+		res.add(v.deny[RuleDeprecatedVersion], fmt.Sprintf("%s %s is deprecated and removed in Kubernetes 1.38; write it as resource.k8s.io/v1: %s",
+			obj.Arrived.GroupVersion(), obj.Arrived.Kind, obj.V1Form()))
+	}
+	return res
+}
+
+// classIsOurs: the class selects this driver's devices.
+func (v *Validator) classIsOurs(class *resourceapi.DeviceClass) bool {
+	if class == nil {
+		return false
+	}
+	for _, s := range class.Spec.Selectors {
+		if s.CEL == nil {
+			continue
+		}
+		a := v.checker.Analyze(s.CEL.Expression)
+		if a.MentionsDriver || a.NamesDomain {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateManifest decodes one ResourceClaim or ResourceClaimTemplate of any resource.k8s.io
+// version (YAML or JSON), applies the API server's defaults and validates it: the entry point
+// of `kubectl dra validate`, which builds the Validator over an inventoryview.View of an
+// inventoryview.Static inventory (offline) or of informers (live).
+func (v *Validator) ValidateManifest(ctx context.Context, raw []byte) (*upgrade.Object, Result, error) {
+	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return obj, v.Validate(ctx, obj), nil
+}
+
+// ownPart is the claim restricted to this driver's requests, so that a feasibility warning can
+// never be about another driver's devices. Constraints naming other requests go with them.
+func ownPart(spec *resourceapi.ResourceClaimSpec, ours map[string]bool) *resourceapi.ResourceClaimSpec {
+	if len(ours) == len(spec.Devices.Requests) {
+		return spec
+	}
+	out := &resourceapi.ResourceClaimSpec{}
+	for _, r := range spec.Devices.Requests {
+		if ours[r.Name] {
+			out.Devices.Requests = append(out.Devices.Requests, r)
+		}
+	}
+	for _, c := range spec.Devices.Constraints {
+		keep := true
+		for _, name := range c.Requests {
+			if !ours[strings.SplitN(name, "/", 2)[0]] {
+				keep = false
+			}
+		}
+		if keep {
+			out.Devices.Constraints = append(out.Devices.Constraints, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,254 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+)
+
+type integrationCase struct {
+	Name    string          `json:"name"`
+	Error   string          `json:"error"`
+	Warning string          `json:"warning"`
+	Object  json.RawMessage `json:"object"`
+}
+
+// validatingConfig is what the chart installs; envtest points it at the local server.
+func validatingConfig() *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-validate"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "resourceclaims.gpu.example.com",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+				Namespace: "gpu-dra", Name: "gpu-dra-webhook",
+				// envtest prefixes "https://host:port/".
+				Path: ptr.To(strings.TrimPrefix(ValidateClaimPath, "/")),
+			}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups:   []string{"resource.k8s.io"},
+					APIVersions: []string{"v1", "v1beta2", "v1beta1"},
+					Resources:   []string{"resourceclaims", "resourceclaimtemplates"},
+				},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestThroughAPIServer(t *testing.T) {
+	for _, tc := range []struct {
+		name, runtimeConfig, version string
+	}{
+		{name: "all-versions", runtimeConfig: apiserver.AllVersions, version: "v1"},
+		{name: "v1beta1-only", runtimeConfig: apiserver.V1Beta1Only, version: "v1beta1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testThroughAPIServer(t, tc.runtimeConfig, tc.version) })
+	}
+}
+
+func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
+	assets := apiserver.AssetsDir(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	srv := apiserver.Start(t, apiserver.WithRuntimeConfig(runtimeConfig), apiserver.WithWebhooks(envtest.WebhookInstallOptions{
+		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{validatingConfig()},
+	}))
+	if got := srv.ServedResourceVersions(t); got[0] != version {
+		t.Fatalf("server serves %v, want %s first", got, version)
+	}
+	const ns = "gpu-test"
+	// Admin access needs the namespace's consent.
+	if _, err := srv.Clientset.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: ns, Labels: map[string]string{"resource.kubernetes.io/admin-access": "true"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	populate(ctx, t, srv.Clientset)
+
+	wio := srv.Env.WebhookInstallOptions
+	probe := freeAddr(t)
+	opts := DefaultOptions()
+	opts.InventoryConfig = "testdata/inventory-config.yaml"
+	opts.CertDir = wio.LocalServingCertDir
+	opts.Host = wio.LocalServingHost
+	opts.Port = wio.LocalServingPort
+	opts.HealthProbeBindAddress = probe
+	opts.MetricsBindAddress = "0"
+	mgr, err := NewManager(srv.Config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Setup(mgr, opts); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	waitReady(t, "http://"+probe+"/readyz")
+
+	kubectl := srv.Env.ControlPlane.KubeCtl()
+	kubectl.Path = filepath.Join(assets, "kubectl")
+	apply := func(t *testing.T, obj runtime.Object, dryRun bool) (string, error) {
+		t.Helper()
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "manifest.yaml")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"apply", "-n", ns, "-f", file}
+		if dryRun {
+			args = append(args, "--dry-run=server")
+		}
+		stdout, stderr, err := kubectl.Run(args...)
+		out, _ := io.ReadAll(stdout)
+		errOut, _ := io.ReadAll(stderr)
+		return string(out) + string(errOut), err
+	}
+
+	exactly := "exactly."
+	if version == "v1beta1" {
+		exactly = ""
+	}
+	data, err := os.ReadFile("testdata/integration.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []integrationCase
+	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
+		t.Fatalf("testdata/integration.yaml: %v", err)
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			out, err := apply(t, convert(t, c.Object, version), true)
+			t.Logf("kubectl apply --dry-run=server:\n%s", out)
+			if c.Error != "" {
+				want := strings.ReplaceAll(c.Error, "{exactly}", exactly)
+				if err == nil || !strings.Contains(out, "denied the request") || !strings.Contains(out, want) {
+					t.Fatalf("kubectl err=%v output:\n%s\nwant denial containing: %s", err, out, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("kubectl: %v\n%s", err, out)
+			}
+			want := "Warning: " + strings.ReplaceAll(c.Warning, "{exactly}", exactly)
+			if !strings.Contains(out, want) {
+				t.Fatalf("output:\n%s\nwant a line containing: %s", out, want)
+			}
+		})
+	}
+
+	corpus, err := filepath.Glob("../claimvalidation/testdata/valid/*.yaml")
+	if err != nil || len(corpus) == 0 {
+		t.Fatalf("no corpus: %v", err)
+	}
+	for _, f := range corpus {
+		t.Run("create "+filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obj := convert(t, raw, version)
+			// Both seed forms are named "example"; a second apply of the same spec would be a no-op.
+			obj.(metav1.Object).SetName(strings.TrimSuffix(filepath.Base(f), ".yaml"))
+			out, err := apply(t, obj, false)
+			if err != nil {
+				t.Fatalf("kubectl apply: %v\n%s", err, out)
+			}
+			ours := "is deprecated and removed in Kubernetes 1.38"
+			if version == "v1" && strings.Contains(out, "Warning:") {
+				t.Fatalf("unexpected warning:\n%s", out)
+			}
+			if version != "v1" && !strings.Contains(out, ours) {
+				t.Fatalf("no deprecation warning:\n%s", out)
+			}
+			if strings.Contains(out, "nothing currently published") || strings.Contains(out, "does not exist") {
+				t.Fatalf("false positive:\n%s", out)
+			}
+		})
+	}
+}
+
+// convert renders a manifest in the version the server serves.
+func convert(t *testing.T, raw []byte, version string) runtime.Object {
+	t.Helper()
+	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1obj runtime.Object = obj.Claim
+	if obj.Template != nil {
+		v1obj = obj.Template
+	}
+	out, err := upgrade.To(v1obj, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("webhook not ready: %s", last)
+}

@@ -1,0 +1,99 @@
+// Package server wires the admission handlers into a controller-runtime manager: the TLS webhook
+// server (certificates reloaded from CertDir when they change), health and readiness probes,
+// Prometheus metrics and the inventory informers.
+package server
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+)
+
+// Paths the handlers are served on.
+const (
+	ValidateClaimPath = "/validate-resource-claim"
+)
+
+// Options are the settings of the webhook binary.
+type Options struct {
+	DriverName             string
+	InventoryConfig        string
+	CertDir                string
+	CertName               string
+	KeyName                string
+	Host                   string
+	Port                   int
+	HealthProbeBindAddress string
+	MetricsBindAddress     string
+	Resync                 time.Duration
+
+	// Deny lists the rules whose findings reject instead of warn.
+	Deny []claimvalidation.Rule
+}
+
+// DefaultOptions returns the chart's defaults.
+func DefaultOptions() *Options {
+	return &Options{
+		DriverName:             "gpu.example.com",
+		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
+		CertName:               "tls.crt",
+		KeyName:                "tls.key",
+		Port:                   9443,
+		HealthProbeBindAddress: ":8081",
+		MetricsBindAddress:     ":8080",
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.DriverName, "driver-name", o.DriverName, "DRA driver name; also the attribute domain and the default DeviceClass name")
+	fs.StringVar(&o.InventoryConfig, "inventory-config", o.InventoryConfig, "node-group inventory file (YAML) shared with the kubelet plugin; empty means 8 GPUs per node")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "directory with the serving certificate and key; reloaded when the files change")
+	fs.StringVar(&o.CertName, "cert-name", o.CertName, "serving certificate file name in --cert-dir")
+	fs.StringVar(&o.KeyName, "key-name", o.KeyName, "serving key file name in --cert-dir")
+	fs.StringVar(&o.Host, "host", o.Host, "address the webhook server binds to (empty: all)")
+	fs.IntVar(&o.Port, "port", o.Port, "port of the webhook server")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz and /readyz")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (0 disables)")
+	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0: none)")
+	fs.Func("deny", "comma-separated rules that deny instead of warn: "+ruleNames(), func(s string) error {
+		rules, err := claimvalidation.ParseRules(s)
+		if err != nil {
+			return err
+		}
+		o.Deny = append(o.Deny, rules...)
+		return nil
+	})
+	for _, r := range claimvalidation.Rules {
+		fs.BoolFunc("deny-"+string(r), fmt.Sprintf("deny instead of warn for rule %s (same as --deny=%s)", r, r), func(s string) error {
+			if s == "true" {
+				o.Deny = append(o.Deny, r)
+			} else if s != "false" {
+				return fmt.Errorf("want true or false, got %q", s)
+			}
+			return nil
+		})
+	}
+}
+
+// Validate checks the options before anything starts.
+func (o *Options) Validate() error {
+	if o.DriverName == "" {
+		return fmt.Errorf("--driver-name: required, e.g. gpu.example.com")
+	}
+	if o.Port <= 0 || o.Port > 65535 {
+		return fmt.Errorf("--port: %d is not a port; use 1..65535, e.g. 9443", o.Port)
+	}
+	return nil
+}
+
+func ruleNames() string {
+	names := make([]string, 0, len(claimvalidation.Rules))
+	for _, r := range claimvalidation.Rules {
+		names = append(names, string(r))
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/webhook/inventoryview"
+)
+
+// Webhook is one more handler served by the same server, e.g. the pod mutator on /mutate-pod.
+type Webhook struct {
+	Path    string
+	Handler http.Handler
+}
+
+// NewManager creates the manager with the webhook server, probes and metrics configured from o.
+// controller-runtime's webhook server watches CertDir and serves renewed certificates without a
+// restart.
+func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                 scheme,
+		HealthProbeBindAddress: o.HealthProbeBindAddress,
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:     o.Host,
+			Port:     o.Port,
+			CertDir:  o.CertDir,
+			CertName: o.CertName,
+			KeyName:  o.KeyName,
+			TLSOpts:  []func(*tls.Config){modernTLS},
+		}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// Setup registers the claim validation and any extra webhooks on mgr, plus the informers that
+// feed the inventory view and the probes that report them.
+//
+// RBAC the service account needs (informers only, nothing is written):
+//   - resource.k8s.io resourceslices, deviceclasses: list, watch (every served version)
+//   - "" nodes: list, watch
+func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
+	invCfg, err := inventory.LoadConfig(o.InventoryConfig)
+	if err != nil {
+		return fmt.Errorf("--inventory-config: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("create clientset: %w", err)
+	}
+	checker := celcheck.New(o.DriverName, inventory.DeviceSchema())
+	var view *inventoryview.View
+	informers := inventoryview.NewInformers(cs, o.Resync, func() { view.Invalidate() })
+	view = inventoryview.New(informers, checker)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		informers.Start(ctx)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add informers: %w", err)
+	}
+
+	validator := claimvalidation.New(o.DriverName,
+		claimvalidation.WithChecker(checker),
+		claimvalidation.WithInventory(syncedInventory{view: view, synced: informers.HasSynced}),
+		claimvalidation.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
+		claimvalidation.WithDeny(o.Deny...),
+	)
+	srv := mgr.GetWebhookServer()
+	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
+	for _, w := range extra {
+		srv.Register(w.Path, w.Handler)
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+		return fmt.Errorf("add readyz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
+		if !informers.HasSynced() {
+			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add readyz: %w", err)
+	}
+	return nil
+}
+
+// errNotSynced keeps the validator from calling classes "missing" before the cache is filled.
+var errNotSynced = errors.New("inventory caches not synced yet")
+
+type syncedInventory struct {
+	view   *inventoryview.View
+	synced func() bool
+}
+
+func (s syncedInventory) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
+	if !s.synced() {
+		return nil, errNotSynced
+	}
+	return s.view.DeviceClass(name)
+}
+
+func (s syncedInventory) Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error) {
+	if !s.synced() {
+		return "", errNotSynced
+	}
+	return s.view.Unsatisfiable(ctx, namespace, spec)
+}
+
+// modernTLS: TLS 1.2 minimum with AEAD ciphers only (TLS 1.3 suites are not configurable), and
+// HTTP/1.1 only, which closes the HTTP/2 rapid-reset class of attacks on the admission path.
+func modernTLS(c *tls.Config) {
+	c.MinVersion = tls.VersionTLS12
+	c.CipherSuites = []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+	}
+	c.NextProtos = []string{"http/1.1"}
+}

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"flag"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+)
+
+func TestFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		want    []claimvalidation.Rule
+		wantErr bool
+	}{
+		{name: "none"},
+		{name: "list", args: []string{"--deny=missing-class,unsatisfiable"}, want: []claimvalidation.Rule{claimvalidation.RuleMissingClass, claimvalidation.RuleUnsatisfiable}},
+		{name: "switches", args: []string{"--deny-deprecated-version", "--deny-missing-class=false"}, want: []claimvalidation.Rule{claimvalidation.RuleDeprecatedVersion}},
+		{name: "unknown rule", args: []string{"--deny=typo"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(new(discard))
+			o.AddFlags(fs)
+			err := fs.Parse(append([]string{"--driver-name=gpu.example.com", "--port=9443"}, tc.args...))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %t", err, tc.wantErr)
+			}
+			if err == nil && !reflect.DeepEqual(o.Deny, tc.want) {
+				t.Fatalf("deny = %v, want %v", o.Deny, tc.want)
+			}
+		})
+	}
+	o := DefaultOptions()
+	o.Port = 0
+	if err := o.Validate(); err == nil {
+		t.Fatal("port 0 accepted")
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func writeCert(t *testing.T, dir string, serial int64) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: "gpu-dra-webhook"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Key first: the watcher reloads on the certificate's change and needs the matching key.
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func servedSerial(addr string, cfg *tls.Config) (int64, error) {
+	conn, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
+}
+
+// TestCertificateReload: a renewed certificate in --cert-dir is served without a restart, and
+// the server speaks TLS 1.2+ only.
+func TestCertificateReload(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, 1)
+	host, portStr, err := net.SplitHostPort(freeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(portStr)
+	o := DefaultOptions()
+	o.CertDir, o.Host, o.Port = dir, host, port
+	o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0"
+	// No API server is needed: nothing here reads from it.
+	mgr, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Setup would also start informers; the server only needs a handler to serve.
+	mgr.GetWebhookServer().Register("/ping", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	addr := net.JoinHostPort(host, portStr)
+	client := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the test reads the served certificate, it does not trust it
+	waitFor(t, "serial 1", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("manager stopped: %v", err)
+		default:
+		}
+		s, err := servedSerial(addr, client)
+		if err != nil {
+			t.Log(err)
+		}
+		return err == nil && s == 1
+	})
+
+	if _, err := servedSerial(addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11}); err == nil { //nolint:gosec
+		t.Error("TLS 1.1 handshake succeeded")
+	}
+
+	writeCert(t, dir, 2)
+	waitFor(t, "serial 2 after renewal", func() bool { s, err := servedSerial(addr, client); return err == nil && s == 2 })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
