@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/webhook/server"
 )
 
@@ -17,6 +18,8 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	klog.InitFlags(fs)
 	opts.AddFlags(fs)
+	certOpts := certs.NewOptions()
+	certOpts.BindFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -33,6 +36,11 @@ func main() {
 	mgr, err := server.NewManager(cfg, opts)
 	if err != nil {
 		logger.Error(err, "Creating manager failed")
+		os.Exit(1)
+	}
+	// The webhook server cannot start before its certificate is on disk.
+	if err := certs.Setup(ctx, mgr, certOpts, opts.CertDir); err != nil {
+		logger.Error(err, "Preparing serving certificates failed")
 		os.Exit(1)
 	}
 	if err := server.Setup(mgr, opts); err != nil {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/driver/inventory"
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
@@ -51,7 +51,7 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 			CertDir:  o.CertDir,
 			CertName: o.CertName,
 			KeyName:  o.KeyName,
-			TLSOpts:  []func(*tls.Config){modernTLS},
+			TLSOpts:  certs.TLSOpts(),
 		}),
 	})
 	if err != nil {
@@ -136,19 +136,4 @@ func (s syncedInventory) Unsatisfiable(ctx context.Context, namespace string, sp
 		return "", errNotSynced
 	}
 	return s.view.Unsatisfiable(ctx, namespace, spec)
-}
-
-// modernTLS: TLS 1.2 minimum with AEAD ciphers only (TLS 1.3 suites are not configurable), and
-// HTTP/1.1 only, which closes the HTTP/2 rapid-reset class of attacks on the admission path.
-func modernTLS(c *tls.Config) {
-	c.MinVersion = tls.VersionTLS12
-	c.CipherSuites = []uint16{
-		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-		tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-		tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-		tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-	}
-	c.NextProtos = []string{"http/1.1"}
 }
