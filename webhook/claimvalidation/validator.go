@@ -5,6 +5,7 @@ package claimvalidation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -255,4 +256,15 @@ func ownPart(spec *resourceapi.ResourceClaimSpec, ours map[string]bool) *resourc
 		}
 	}
 	return out
+}
+
+// ValidateTemplate judges a v1 template the system itself is about to create (the pod injector's
+// managed templates), so those pass the same rules as the user's: denials become the error,
+// warnings are returned for the user.
+func (v *Validator) ValidateTemplate(ctx context.Context, t *resourceapi.ResourceClaimTemplate) ([]string, error) {
+	res := v.Validate(ctx, &upgrade.Object{Arrived: resourceapi.SchemeGroupVersion.WithKind(upgrade.KindTemplate), Template: t})
+	if len(res.Denied) > 0 {
+		return res.Warnings, errors.New(strings.Join(res.Denied, "; "))
+	}
+	return res.Warnings, nil
 }

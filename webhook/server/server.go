@@ -22,6 +22,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/webhook/inventoryview"
+	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
 // Webhook is one more handler served by the same server, e.g. the pod mutator on /mutate-pod.
@@ -60,12 +61,13 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 	return mgr, nil
 }
 
-// Setup registers the claim validation and any extra webhooks on mgr, plus the informers that
+// Setup registers the claim validation, the pod injection and any extra webhooks on mgr, plus the informers that
 // feed the inventory view and the probes that report them.
 //
-// RBAC the service account needs (informers only, nothing is written):
+// RBAC the service account needs:
 //   - resource.k8s.io resourceslices, deviceclasses: list, watch (every served version)
 //   - "" nodes: list, watch
+//   - resource.k8s.io resourceclaimtemplates: get, create (managed templates of annotated pods)
 func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 	invCfg, err := inventory.LoadConfig(o.InventoryConfig)
 	if err != nil {
@@ -93,8 +95,18 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 		claimvalidation.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
 		claimvalidation.WithDeny(o.Deny...),
 	)
+	injector, err := podinject.NewHandler(podinject.NewAPIClient(cs),
+		podinject.WithDriverName(o.DriverName),
+		podinject.WithDeviceClassName(o.DriverName),
+		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
+		podinject.WithValidator(validator),
+	)
+	if err != nil {
+		return fmt.Errorf("pod injection: %w", err)
+	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
+	srv.Register(podinject.Path, &admission.Webhook{Handler: injector})
 	for _, w := range extra {
 		srv.Register(w.Path, w.Handler)
 	}

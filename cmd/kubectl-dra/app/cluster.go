@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	draclient "k8s.io/dynamic-resource-allocation/client"
+
+	"github.com/gpu-dra/gpu-dra/webhook/manifest"
+)
+
+// clusterTimeout bounds every question to the cluster: a plugin that hangs on an unreachable
+// API server is worse than one that says so.
+const clusterTimeout = 10 * time.Second
+
+func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = clusterTimeout
+	return cfg, nil
+}
+
+// servedVersions asks the cluster which resource.k8s.io versions it serves.
+func servedVersions(flags *genericclioptions.ConfigFlags) (map[string]bool, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := cs.Discovery().ServerGroups()
+	if err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	served := map[string]bool{}
+	for _, g := range groups.Groups {
+		if g.Name != manifest.Group {
+			continue
+		}
+		for _, v := range g.Versions {
+			served[v.Version] = true
+		}
+	}
+	return served, nil
+}
+
+// newestServedVersion returns the newest resource.k8s.io version the cluster serves that this
+// tool converts to.
+func newestServedVersion(flags *genericclioptions.ConfigFlags) (string, error) {
+	served, err := servedVersions(flags)
+	if err != nil {
+		return "", err
+	}
+	for _, v := range manifest.Versions {
+		if served[v] {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("the cluster serves no resource.k8s.io version of %v; is DRA enabled (--runtime-config=resource.k8s.io/v1beta1=true on 1.32)?", manifest.Versions)
+}
+
+// liveInventory lists the cluster's ResourceSlices and DeviceClasses in whichever version it
+// serves, converted to v1 by k8s.io/dynamic-resource-allocation/client, and its Nodes.
+func liveInventory(ctx context.Context, flags *genericclioptions.ConfigFlags) (*manifest.Inventory, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	dra := draclient.New(cs)
+	inv := &manifest.Inventory{}
+	slices, err := dra.ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	for i := range slices.Items {
+		inv.Slices = append(inv.Slices, &slices.Items[i])
+	}
+	classes, err := dra.DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list DeviceClasses: %w", err)
+	}
+	for i := range classes.Items {
+		inv.Classes = append(inv.Classes, &classes.Items[i])
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		inv.Nodes = append(inv.Nodes, &nodes.Items[i])
+	}
+	return inv, nil
+}

@@ -1,0 +1,116 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// source is one input: a file, or standard input (Path "-").
+type source struct {
+	Path string
+	Data []byte
+	Mode fs.FileMode
+}
+
+// manifestExts are the files a directory argument contributes, as with `kubectl apply -f DIR`.
+var manifestExts = map[string]bool{".yaml": true, ".yml": true, ".json": true}
+
+// readSources expands -f arguments: "-" is standard input, a directory contributes its manifest
+// files (sorted; descending into subdirectories only when recursive).
+func readSources(args []string, recursive bool, stdin io.Reader) ([]source, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("-f: required; name a file, a directory, or - for standard input")
+	}
+	var out []source
+	for _, a := range args {
+		if a == "-" {
+			data, err := io.ReadAll(stdin)
+			if err != nil {
+				return nil, fmt.Errorf("read standard input: %w", err)
+			}
+			out = append(out, source{Path: "-", Data: data})
+			continue
+		}
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, fmt.Errorf("-f %s: %w", a, err)
+		}
+		if !st.IsDir() {
+			s, err := readFile(a)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+			continue
+		}
+		var files []string
+		err = filepath.WalkDir(a, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if p != a && !recursive {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if manifestExts[strings.ToLower(filepath.Ext(p))] {
+				files = append(files, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("-f %s: %w", a, err)
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			s, err := readFile(f)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func readFile(path string) (source, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return source{}, fmt.Errorf("-f %s: %w", path, err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return source{}, fmt.Errorf("-f %s: %w", path, err)
+	}
+	return source{Path: path, Data: data, Mode: st.Mode().Perm()}, nil
+}
+
+// writeInPlace replaces path atomically, so an interrupted run never leaves half a manifest.
+func writeInPlace(path string, data []byte, mode fs.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package app implements the `kubectl dra` commands: upgrade (rewrite resource.k8s.io manifests
+// for another API version) and validate (the webhook's claim checks, without admission).
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/klog/v2"
+)
+
+// Exit codes.
+const (
+	// ExitFailed: a document could not be processed, or the command line is wrong.
+	ExitFailed = 1
+	// ExitDenied: validate found an object the webhook would deny.
+	ExitDenied = 2
+)
+
+// exitError carries an exit code through cobra after the message has been printed.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// ExitCode maps the error Execute returned to the process exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	return ExitFailed
+}
+
+// NewCommand returns the `kubectl dra` command tree.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	flags := genericclioptions.NewConfigFlags(true)
+	root := &cobra.Command{
+		Use:   "kubectl-dra",
+		Short: "Upgrade and validate Dynamic Resource Allocation manifests",
+		Long: `kubectl dra rewrites ResourceClaimTemplates, ResourceClaims and DeviceClasses for the
+resource.k8s.io version a cluster serves, and runs the gpu-dra webhook's checks on them
+offline (CI pipelines) or against a cluster's ResourceSlices and DeviceClasses.`,
+		SilenceUsage: true,
+		Annotations: map[string]string{
+			cobra.CommandDisplayNameAnnotation: "kubectl dra",
+		},
+	}
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	// Only the connection flags: namespaces come from the manifests.
+	root.PersistentFlags().StringVar(flags.KubeConfig, "kubeconfig", "", "path to the kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
+	root.PersistentFlags().StringVar(flags.Context, "context", "", "kubeconfig context to use")
+	// Of klog's flags only the verbosity: the plugin logs to standard error and nowhere else.
+	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(logFlags)
+	root.PersistentFlags().AddGoFlag(logFlags.Lookup("v"))
+	root.AddCommand(newUpgradeCommand(streams, flags), newValidateCommand(streams, flags))
+	return root
+}
+
+// exit returns an error that cobra prints as the last line and that ends the process with code.
+func exit(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,309 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/webhook/inventoryview"
+	"github.com/gpu-dra/gpu-dra/webhook/manifest"
+	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+)
+
+type validateOptions struct {
+	streams         genericiooptions.IOStreams
+	flags           *genericclioptions.ConfigFlags
+	files           []string
+	recursive       bool
+	inventoryFile   string
+	inventoryConfig string
+	driverName      string
+	deny            []string
+	output          string
+}
+
+func newValidateCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
+	o := &validateOptions{streams: streams, flags: flags, driverName: "gpu.example.com"}
+	cmd := &cobra.Command{
+		Use:   "validate -f FILE|DIR|- [--inventory slices.yaml] [-o json]",
+		Short: "Run the gpu-dra admission checks on ResourceClaimTemplates and ResourceClaims",
+		Long: `Runs the checks of the gpu-dra validating webhook (the same code) on every
+ResourceClaimTemplate and ResourceClaim in the input, in any resource.k8s.io version, after
+applying the API server's defaults (allocationMode ExactCount, count 1).
+
+The DeviceClasses and devices the checks look at come from --inventory (ResourceSlices,
+DeviceClasses and optionally Nodes, any served version, as documents or as the List that
+"kubectl get resourceslices,deviceclasses -o yaml" prints), or else from the current cluster
+(--kubeconfig, --context). DeviceClasses in the input are added, as "kubectl apply" would create
+them first. Without either only the checks that need no inventory run.
+
+Exit status: 0 admitted (warnings may be printed), 2 when the webhook would deny an object,
+1 when an object does not decode (the API server would reject it) or the command fails.`,
+		Example: `  # In CI, against a recorded inventory
+  kubectl dra validate -f template.yaml --inventory slices.yaml
+
+  # Against the current cluster, machine-readable
+  kubectl dra validate -f manifests/ -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringSliceVarP(&o.files, "filename", "f", nil, "manifest file, directory, or - for standard input (repeatable)")
+	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false, "process directories named with -f recursively")
+	cmd.Flags().StringVar(&o.inventoryFile, "inventory", "", "ResourceSlices and DeviceClasses (YAML) to validate against instead of a cluster")
+	cmd.Flags().StringVar(&o.inventoryConfig, "inventory-config", "", "the webhook's node-group inventory file, for the most devices a node holds (default: 8 per node)")
+	cmd.Flags().StringVar(&o.driverName, "driver-name", o.driverName, "DRA driver name; also the attribute domain")
+	cmd.Flags().StringSliceVar(&o.deny, "deny", nil, "rules that deny instead of warn, as the webhook's --deny: "+ruleNames())
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json (default: text)")
+	return cmd
+}
+
+func servedList(served map[string]bool) string {
+	var out []string
+	for _, v := range manifest.Versions {
+		if served[v] {
+			out = append(out, manifest.Group+"/"+v)
+		}
+	}
+	if len(out) == 0 {
+		return "no resource.k8s.io version"
+	}
+	return strings.Join(out, ", ")
+}
+
+func ruleNames() string {
+	names := make([]string, 0, len(claimvalidation.Rules))
+	for _, r := range claimvalidation.Rules {
+		names = append(names, string(r))
+	}
+	return strings.Join(names, ", ")
+}
+
+// verdict is the outcome for one object; it is also the JSON output.
+type verdict struct {
+	File       string   `json:"file"`
+	Document   int      `json:"document"`
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace,omitempty"`
+	Name       string   `json:"name"`
+	Allowed    bool     `json:"allowed"`
+	Denied     []string `json:"denied,omitempty"`
+	Warnings   []string `json:"warnings,omitempty"`
+	Error      string   `json:"error,omitempty"`
+}
+
+type report struct {
+	// Inventory says what the class and feasibility checks looked at: "file:<path>", "cluster"
+	// or "none".
+	Inventory string    `json:"inventory"`
+	Allowed   bool      `json:"allowed"`
+	Objects   []verdict `json:"objects"`
+}
+
+func (o *validateOptions) run(ctx context.Context) error {
+	if o.output != "" && o.output != "json" {
+		return fmt.Errorf("-o %q: use json, or leave it out for text", o.output)
+	}
+	deny, err := claimvalidation.ParseRules(strings.Join(o.deny, ","))
+	if err != nil {
+		return fmt.Errorf("--deny: %w", err)
+	}
+	cfg, err := inventory.LoadConfig(o.inventoryConfig)
+	if err != nil {
+		return fmt.Errorf("--inventory-config: %w", err)
+	}
+	sources, err := readSources(o.files, o.recursive, o.streams.In)
+	if err != nil {
+		return err
+	}
+	inv, where, err := o.loadInventory(ctx)
+	if err != nil {
+		return err
+	}
+	var served map[string]bool
+	if where == "cluster" {
+		// `kubectl apply` of a version the cluster does not serve fails before admission (e.g. a
+		// 1.32 manifest on a default 1.34 cluster): report it with the way out.
+		if served, err = servedVersions(o.flags); err != nil {
+			return fmt.Errorf("discover the cluster's resource.k8s.io versions: %w", err)
+		}
+	}
+	if inv != nil {
+		// Classes in the input exist by the time the claims are applied.
+		for _, s := range sources {
+			in, err := manifest.ReadInventory(manifest.Filter(s.Data, manifest.KindDeviceClass))
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.Path, err)
+			}
+			inv.Classes = append(inv.Classes, in.Classes...)
+		}
+	}
+
+	validator := newValidator(o.driverName, cfg.MaxDevicesPerNode(), deny, inv)
+
+	rep := report{Inventory: where, Allowed: true, Objects: []verdict{}}
+	failed := false
+	for _, s := range sources {
+		for _, d := range manifest.Documents(s.Data) {
+			v, ok := judge(ctx, validator, s.Path, d)
+			if !ok {
+				continue
+			}
+			if served != nil && v.Error == "" && !served[d.GVK.Version] {
+				v.Allowed = false
+				v.Error = fmt.Sprintf("the cluster does not serve %s (it serves %s); convert the manifest with: kubectl dra upgrade -f %s",
+					v.APIVersion, servedList(served), s.Path)
+			}
+			if v.Error != "" {
+				failed = true
+			}
+			rep.Allowed = rep.Allowed && v.Allowed
+			rep.Objects = append(rep.Objects, v)
+		}
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(o.streams.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printText(o.streams.Out, o.streams.ErrOut, rep)
+	}
+	denied := 0
+	for _, v := range rep.Objects {
+		if len(v.Denied) > 0 {
+			denied++
+		}
+	}
+	switch {
+	case failed:
+		return exit(ExitFailed, "some objects do not decode; the API server would reject them")
+	case denied > 0:
+		return exit(ExitDenied, "%d of %d object(s) would be denied", denied, len(rep.Objects))
+	}
+	return nil
+}
+
+// newValidator wires the webhook's validator as gpu-webhook does (webhook/server.Setup), over a
+// fixed inventory instead of informers; without an inventory the class and feasibility checks
+// are off.
+func newValidator(driver string, maxDevices int, deny []claimvalidation.Rule, inv *manifest.Inventory) *claimvalidation.Validator {
+	checker := celcheck.New(driver, inventory.DeviceSchema())
+	opts := []claimvalidation.Option{
+		claimvalidation.WithChecker(checker),
+		claimvalidation.WithMaxDevicesPerNode(maxDevices),
+		claimvalidation.WithDeny(deny...),
+	}
+	if inv != nil {
+		view := inventoryview.New(&inventoryview.Static{Slices: inv.Slices, Classes: inv.Classes, NodeList: inv.Nodes}, checker)
+		opts = append(opts, claimvalidation.WithInventory(view))
+	}
+	return claimvalidation.New(driver, opts...)
+}
+
+// loadInventory returns the inventory and a description of where it came from; nil when there
+// is none (no --inventory and no reachable cluster).
+func (o *validateOptions) loadInventory(ctx context.Context) (*manifest.Inventory, string, error) {
+	if o.inventoryFile != "" {
+		data, err := os.ReadFile(o.inventoryFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("--inventory: %w", err)
+		}
+		inv, err := manifest.ReadInventory(data)
+		if err != nil {
+			return nil, "", fmt.Errorf("--inventory %s: %w", o.inventoryFile, err)
+		}
+		return inv, "file:" + o.inventoryFile, nil
+	}
+	inv, err := liveInventory(ctx, o.flags)
+	if err != nil {
+		if *o.flags.KubeConfig != "" || *o.flags.Context != "" || os.Getenv("KUBECONFIG") != "" {
+			// The user asked for this cluster: not reaching it is an error, not a weaker check.
+			return nil, "", fmt.Errorf("read the cluster's ResourceSlices and DeviceClasses: %w", err)
+		}
+		fmt.Fprintf(o.streams.ErrOut, "no --inventory and no reachable cluster (%v): DeviceClass and feasibility checks skipped\n", err)
+		return nil, "none", nil
+	}
+	return inv, "cluster", nil
+}
+
+// judge runs the webhook's checks on one document; ok is false for documents that are not
+// claims or templates.
+func judge(ctx context.Context, validator *claimvalidation.Validator, path string, d manifest.Document) (verdict, bool) {
+	v := verdict{File: path, Document: d.Index, APIVersion: d.GVK.GroupVersion().String(), Kind: d.GVK.Kind, Namespace: d.Namespace, Name: d.Name}
+	if d.Err != nil {
+		v.Error = d.Err.Error()
+		return v, true
+	}
+	if d.GVK.Group != upgrade.Group || (d.GVK.Kind != upgrade.KindClaim && d.GVK.Kind != upgrade.KindTemplate) {
+		return v, false
+	}
+	if !upgrade.Supported(d.GVK) {
+		v.Error = fmt.Sprintf("%s %s: version not supported; use one of %s", v.APIVersion, d.GVK.Kind, strings.Join(manifest.Versions, ", "))
+		return v, true
+	}
+	raw, err := sigsyaml.YAMLToJSON(d.Raw)
+	if err != nil {
+		v.Error = err.Error()
+		return v, true
+	}
+	// The API server rejects unknown fields before any webhook runs (e.g. a v1beta1 request
+	// layout sent as v1); say so instead of judging what the server would never admit.
+	if err := manifest.CheckStrict(raw); err != nil {
+		v.Error = err.Error()
+		return v, true
+	}
+	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+	if err != nil {
+		v.Error = err.Error()
+		return v, true
+	}
+	res := validator.Validate(ctx, obj)
+	v.Allowed = len(res.Denied) == 0
+	v.Denied, v.Warnings = res.Denied, res.Warnings
+	return v, true
+}
+
+func printText(out, errOut io.Writer, rep report) {
+	for _, v := range rep.Objects {
+		status := "ADMITTED"
+		switch {
+		case v.Error != "":
+			status = "ERROR"
+		case !v.Allowed:
+			status = "DENIED"
+		}
+		name := v.Name
+		if v.Namespace != "" {
+			name = v.Namespace + "/" + v.Name
+		}
+		fmt.Fprintf(out, "%s %s %s (%s, %s document %d)\n", status, v.Kind, name, v.APIVersion, v.File, v.Document)
+		if v.Error != "" {
+			fmt.Fprintf(out, "  error: %s\n", v.Error)
+		}
+		for _, m := range v.Denied {
+			fmt.Fprintf(out, "  denied: %s\n", m)
+		}
+		for _, m := range v.Warnings {
+			fmt.Fprintf(out, "  warning: %s\n", m)
+		}
+	}
+	if len(rep.Objects) == 0 {
+		fmt.Fprintln(errOut, "no ResourceClaimTemplate or ResourceClaim found in the input")
+	}
+}

@@ -1,0 +1,149 @@
+package manifest
+
+import (
+	"encoding/json"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	resourcev1beta1 "k8s.io/api/resource/v1beta1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	drav1beta1 "k8s.io/dynamic-resource-allocation/api/v1beta1"
+	drav1beta2 "k8s.io/dynamic-resource-allocation/api/v1beta2"
+	"sigs.k8s.io/yaml"
+)
+
+// Group is the API group whose objects are converted.
+const Group = resourceapi.GroupName
+
+// Versions lists the resource.k8s.io versions this package converts between, newest first.
+var Versions = []string{resourceapi.SchemeGroupVersion.Version, resourcev1beta2.SchemeGroupVersion.Version, resourcev1beta1.SchemeGroupVersion.Version}
+
+// Kinds that are converted; every other document passes through untouched.
+const (
+	KindClaim         = "ResourceClaim"
+	KindTemplate      = "ResourceClaimTemplate"
+	KindDeviceClass   = "DeviceClass"
+	KindResourceSlice = "ResourceSlice"
+)
+
+var (
+	scheme = runtime.NewScheme()
+	// strict rejects unknown and duplicate fields, as `kubectl apply` does with server-side
+	// field validation: an upgrade must not silently drop a misspelt field.
+	strict runtime.Decoder
+)
+
+func init() {
+	// The same registrations as webhook/upgrade: the API types plus the conversions that
+	// k8s.io/dynamic-resource-allocation maintains (e.g. request fields moving under `exactly`).
+	// They are repeated here because upgrade's scheme is private and only decodes claims and
+	// templates, while this package also converts DeviceClasses and ResourceSlices.
+	utilruntime.Must(resourceapi.AddToScheme(scheme))
+	utilruntime.Must(drav1beta1.AddToScheme(scheme))
+	utilruntime.Must(drav1beta2.AddToScheme(scheme))
+	strict = serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+}
+
+// ValidVersion reports whether v is a resource.k8s.io version this package converts to.
+func ValidVersion(v string) bool {
+	for _, known := range Versions {
+		if v == known {
+			return true
+		}
+	}
+	return false
+}
+
+// convertible reports whether gvk is a kind and version this package rewrites.
+func convertible(gvk schema.GroupVersionKind) bool {
+	if gvk.Group != Group || !ValidVersion(gvk.Version) {
+		return false
+	}
+	switch gvk.Kind {
+	case KindClaim, KindTemplate, KindDeviceClass:
+		return true
+	}
+	return false
+}
+
+// decodeStrict reads one YAML or JSON document as the typed object its apiVersion and kind name.
+func decodeStrict(doc []byte) (runtime.Object, schema.GroupVersionKind, error) {
+	obj, gvk, err := strict.Decode(doc, nil, nil)
+	if err != nil {
+		var empty schema.GroupVersionKind
+		if gvk != nil {
+			empty = *gvk
+		}
+		return nil, empty, err
+	}
+	return obj, *gvk, nil
+}
+
+// ConvertObject converts a typed resource.k8s.io object of any supported version to version,
+// through v1 (the conversions are registered between each beta and v1).
+func ConvertObject(in runtime.Object, version string) (runtime.Object, error) {
+	kinds, _, err := scheme.ObjectKinds(in)
+	if err != nil {
+		return nil, fmt.Errorf("convert to %s: %w", version, err)
+	}
+	from := kinds[0]
+	hub := from
+	if from.Version != resourceapi.SchemeGroupVersion.Version {
+		hub = resourceapi.SchemeGroupVersion.WithKind(from.Kind)
+		v1obj, err := scheme.New(hub)
+		if err != nil {
+			return nil, fmt.Errorf("convert %s to %s: %w", from, hub, err)
+		}
+		if err := scheme.Convert(in, v1obj, nil); err != nil {
+			return nil, fmt.Errorf("convert %s to %s: %w", from, hub, err)
+		}
+		in = v1obj
+	}
+	target := schema.GroupVersionKind{Group: Group, Version: version, Kind: from.Kind}
+	out := in
+	if target != hub {
+		out, err = scheme.New(target)
+		if err != nil {
+			return nil, fmt.Errorf("convert %s to %s: %w", hub, target, err)
+		}
+		if err := scheme.Convert(in, out, nil); err != nil {
+			return nil, fmt.Errorf("convert %s to %s: %w", hub, target, err)
+		}
+	} else {
+		out = in.DeepCopyObject()
+	}
+	out.GetObjectKind().SetGroupVersionKind(target)
+	return out, nil
+}
+
+// render writes a typed object as YAML without the empty fields Go's zero values would add
+// (creationTimestamp: null, status: {}), for documents the node rewrite cannot reproduce.
+func render(obj runtime.Object) ([]byte, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	if meta, ok := m["metadata"].(map[string]any); ok {
+		if meta["creationTimestamp"] == nil {
+			delete(meta, "creationTimestamp")
+		}
+	}
+	if st, ok := m["status"].(map[string]any); ok && len(st) == 0 {
+		delete(m, "status")
+	}
+	if spec, ok := m["spec"].(map[string]any); ok {
+		// A template's claim metadata.
+		if md, ok := spec["metadata"].(map[string]any); ok && len(md) == 0 {
+			delete(spec, "metadata")
+		}
+	}
+	return yaml.Marshal(m)
+}

@@ -1,0 +1,135 @@
+package podinject
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	draclient "k8s.io/dynamic-resource-allocation/client"
+	"k8s.io/klog/v2"
+)
+
+// TemplateClient makes sure a managed ResourceClaimTemplate exists in its namespace.
+type TemplateClient interface {
+	// EnsureTemplate creates the template unless one with its name exists. An existing template
+	// that the webhook does not manage is an error: pods must not get someone else's devices.
+	EnsureTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error
+}
+
+// Validator is the validating webhook's judgement of a template, run on every template the
+// handler would create.
+type Validator interface {
+	// ValidateTemplate returns warnings to pass on to the user, or an error that denies the pod.
+	ValidateTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) (warnings []string, err error)
+}
+
+// ValidatorFunc lets a plain function be a Validator.
+type ValidatorFunc func(ctx context.Context, template *resourceapi.ResourceClaimTemplate) ([]string, error)
+
+// ValidateTemplate calls f.
+func (f ValidatorFunc) ValidateTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) ([]string, error) {
+	return f(ctx, template)
+}
+
+// APIClient writes templates through the API server, in the newest resource.k8s.io version it
+// serves: the DRA client tries v1 first and falls back to v1beta2 and v1beta1, converting, so a
+// 1.32 cluster gets v1beta1 objects and a cluster upgraded to 1.34 gets v1 ones from then on.
+type APIClient struct {
+	templates func(namespace string) templateInterface
+}
+
+// templateInterface is the part of the typed client APIClient uses.
+type templateInterface interface {
+	Create(ctx context.Context, template *resourceapi.ResourceClaimTemplate, opts metav1.CreateOptions) (*resourceapi.ResourceClaimTemplate, error)
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourceapi.ResourceClaimTemplate, error)
+}
+
+// NewAPIClient returns the TemplateClient of a real cluster. RBAC: resource.k8s.io
+// resourceclaimtemplates get and create.
+func NewAPIClient(clientset kubernetes.Interface) *APIClient {
+	c := draclient.New(clientset)
+	return &APIClient{templates: func(ns string) templateInterface { return c.ResourceClaimTemplates(ns) }}
+}
+
+// EnsureTemplate creates first and looks only on conflict: the common case of a template that
+// exists costs one request either way, and a missing one costs no failed Get (which the DRA client
+// would retry in every API version).
+func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error {
+	logger := klog.FromContext(ctx)
+	templates := c.templates(template.Namespace)
+	_, err := templates.Create(ctx, template, metav1.CreateOptions{})
+	if err == nil {
+		logger.V(2).Info("Created managed ResourceClaimTemplate", "template", klog.KObj(template))
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ResourceClaimTemplate %s/%s: %w", template.Namespace, template.Name, err)
+	}
+	existing, err := templates.Get(ctx, template.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get existing ResourceClaimTemplate %s/%s: %w", template.Namespace, template.Name, err)
+	}
+	if existing.Labels[ManagedByLabel] != ManagedBy {
+		return fmt.Errorf("ResourceClaimTemplate %s/%s exists but is not managed by %s (label %s=%s missing); delete or rename it",
+			template.Namespace, template.Name, ManagedBy, ManagedByLabel, ManagedBy)
+	}
+	return nil
+}
+
+// ttlCache remembers recent successes so a burst of pods costs the API server one request, not
+// one per pod. Entries expire so a template deleted behind the webhook's back comes back.
+type ttlCache[V any] struct {
+	ttl     time.Duration
+	now     func() time.Time
+	mu      sync.Mutex
+	entries map[string]ttlEntry[V]
+}
+
+type ttlEntry[V any] struct {
+	value   V
+	expires time.Time
+}
+
+// maxCacheEntries bounds memory: namespaces × distinct requests is small in practice, but a hostile
+// user could vary the model annotation endlessly.
+const maxCacheEntries = 10000
+
+func newTTLCache[V any](ttl time.Duration) *ttlCache[V] {
+	return &ttlCache[V]{ttl: ttl, now: time.Now, entries: map[string]ttlEntry[V]{}}
+}
+
+func (c *ttlCache[V]) get(key string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok || c.now().After(e.expires) {
+		var zero V
+		return zero, false
+	}
+	return e.value, true
+}
+
+func (c *ttlCache[V]) put(key string, value V) {
+	if c.ttl == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if len(c.entries) >= maxCacheEntries {
+		for k, e := range c.entries {
+			if now.After(e.expires) {
+				delete(c.entries, k)
+			}
+		}
+		if len(c.entries) >= maxCacheEntries {
+			clear(c.entries)
+		}
+	}
+	c.entries[key] = ttlEntry[V]{value: value, expires: now.Add(c.ttl)}
+}

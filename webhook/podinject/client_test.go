@@ -1,0 +1,89 @@
+package podinject
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func testTemplate(t testing.TB, ns string) *resourceapi.ResourceClaimTemplate {
+	t.Helper()
+	o, err := newOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := o.template(ns, Request{Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
+
+// checkEnsureTemplate is shared by the unit test (fake clientset) and the integration test (real
+// API server, every served version).
+func checkEnsureTemplate(t *testing.T, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	c := NewAPIClient(cs)
+	tmpl := testTemplate(t, ns)
+	for i := range 2 { // the second call meets AlreadyExists, as a second webhook replica would
+		if err := c.EnsureTemplate(ctx, tmpl.DeepCopy()); err != nil {
+			t.Fatalf("ensure #%d: %v", i+1, err)
+		}
+	}
+	// A template of the same name that someone else made must not be used for GPUs.
+	foreign := tmpl.DeepCopy()
+	foreign.Name = "gpu-dra-2-0000000000"
+	foreign.Labels = nil
+	if _, err := c.templates(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	foreign.Labels = tmpl.Labels
+	err := c.EnsureTemplate(ctx, foreign)
+	want := "ResourceClaimTemplate " + ns + "/gpu-dra-2-0000000000 exists but is not managed by gpu-dra (label app.kubernetes.io/managed-by=gpu-dra missing); delete or rename it"
+	if err == nil || err.Error() != want {
+		t.Fatalf("foreign template: %v, want %q", err, want)
+	}
+}
+
+func TestAPIClient(t *testing.T) {
+	cs := fake.NewClientset()
+	checkEnsureTemplate(t, cs, "ns")
+	got, err := cs.ResourceV1().ResourceClaimTemplates("ns").Get(context.Background(), testTemplate(t, "ns").Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Spec.Devices.Requests[0].Exactly.Count != 2 || got.Labels[ManagedByLabel] != ManagedBy {
+		t.Errorf("stored %+v", got)
+	}
+}
+
+func TestTTLCache(t *testing.T) {
+	now := time.Unix(0, 0)
+	c := newTTLCache[int](time.Minute)
+	c.now = func() time.Time { return now }
+	c.put("a", 1)
+	if v, ok := c.get("a"); !ok || v != 1 {
+		t.Fatalf("get a = %v, %v", v, ok)
+	}
+	now = now.Add(time.Minute + time.Second)
+	if _, ok := c.get("a"); ok {
+		t.Error("expired entry returned")
+	}
+	for i := range maxCacheEntries + 10 {
+		c.put(string(rune(i)), i)
+	}
+	if len(c.entries) > maxCacheEntries {
+		t.Errorf("cache grew to %d entries, bound %d", len(c.entries), maxCacheEntries)
+	}
+	off := newTTLCache[int](0)
+	off.put("a", 1)
+	if _, ok := off.get("a"); ok {
+		t.Error("TTL 0 must cache nothing")
+	}
+}

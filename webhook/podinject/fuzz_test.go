@@ -1,0 +1,125 @@
+package podinject
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// FuzzParseAnnotations feeds arbitrary annotation values through parsing, container choice and
+// template building. Whatever is accepted must become a template the API server accepts whose
+// selectors compile and select a GPU with exactly the asked model and memory; whatever is
+// rejected must be rejected with a bounded message naming the annotation.
+// Seeds: testdata/fuzz/FuzzParseAnnotations. Run: go test -fuzz=FuzzParseAnnotations ./webhook/podinject
+func FuzzParseAnnotations(f *testing.F) {
+	f.Add("2", "LATEST-GPU-MODEL", "40Gi", "app")
+	f.Fuzz(func(t *testing.T, count, model, memory, containers string) {
+		o, err := newOptions(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ann := map[string]string{o.annotation(annCount): count}
+		// An empty fuzz string stands for "annotation absent"; explicit empties are covered by
+		// the table tests.
+		for key, v := range map[string]string{annModel: model, annMemory: memory, annContainers: containers} {
+			if v != "" {
+				ann[o.annotation(key)] = v
+			}
+		}
+		pod := &podView{}
+		pod.Metadata.Annotations = ann
+		pod.Spec.InitContainers = []containerView{{Name: "init"}}
+		pod.Spec.Containers = []containerView{{Name: "app"}, {Name: "sidecar"}}
+		req, errs := o.parseRequest(ann)
+		chosen, cerrs := o.chosenContainers(pod)
+		errs = append(errs, cerrs...)
+		if len(errs) > 0 {
+			for _, e := range errs {
+				if !strings.HasPrefix(e.Field, "metadata.annotations["+o.annotationPrefix+"/") {
+					t.Errorf("error on field %q, want an annotation", e.Field)
+				}
+				if len(e.Error()) > 1024 {
+					t.Errorf("message of %d bytes: %.200s...", len(e.Error()), e.Error())
+				}
+			}
+			return
+		}
+		if req.Count < 1 || req.Count > o.countLimit() {
+			t.Fatalf("accepted count %d from %q", req.Count, count)
+		}
+		if len(chosen) == 0 {
+			t.Fatalf("accepted containers %q but chose none", containers)
+		}
+		for _, i := range chosen {
+			if i < 0 || i >= len(pod.Spec.Containers) {
+				t.Fatalf("chose container index %d", i)
+			}
+		}
+		tmpl, err := o.template("ns", req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs := validation.IsDNS1123Subdomain(tmpl.Name); len(errs) > 0 {
+			t.Fatalf("template name %q: %v", tmpl.Name, errs)
+		}
+		devModel := "LATEST-GPU-MODEL"
+		if req.Model != "" {
+			devModel = req.Model
+		}
+		devMemory := "80Gi"
+		if req.Memory != nil {
+			devMemory = req.Memory.String()
+		}
+		if !selects(t, tmpl, device(o.driverName, devModel, devMemory)) {
+			t.Fatalf("template for model %q memory %q does not select a GPU with exactly those: %v",
+				model, memory, tmpl.Spec.Spec.Devices.Requests[0].Exactly.Selectors)
+		}
+	})
+}
+
+// FuzzHandle sends arbitrary pod JSON through the handler: it must never panic, and a patch it
+// returns must apply to the object it was computed from.
+// Seeds: testdata/fuzz/FuzzHandle. Run: go test -fuzz=FuzzHandle ./webhook/podinject
+func FuzzHandle(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"namespace":"ns","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`))
+	h, err := NewHandler(&fakeClient{}, WithCacheTTL(0))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		req := admissionRequestRaw(admissionv1.Create, raw)
+		resp := h.Handle(context.Background(), req)
+		if err := resp.Complete(req); err != nil {
+			t.Fatalf("encode response: %v", err)
+		}
+		if len(resp.Patch) == 0 {
+			return
+		}
+		ops := resp.Patch
+		patch, err := jsonpatch.DecodePatch(ops)
+		if err != nil {
+			t.Fatalf("patch %s: %v", ops, err)
+		}
+		if _, err := patch.Apply(raw); err != nil {
+			t.Fatalf("patch %s does not apply to %s: %v", ops, raw, err)
+		}
+	})
+}
+
+func admissionRequestRaw(op admissionv1.Operation, raw []byte) admission.Request {
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "fuzz",
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Namespace: "ns",
+		Operation: op,
+		Object:    runtime.RawExtension{Raw: raw},
+	}}
+}

@@ -1,0 +1,150 @@
+// Package podinject is the mutating admission handler that gives a pod GPUs from one annotation:
+// `gpu.example.com/count: "2"` becomes a spec.resourceClaims entry pointing at a managed
+// ResourceClaimTemplate, and a resources.claims reference in each chosen container.
+package podinject
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"golang.org/x/sync/singleflight"
+	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Handler is the admission.Handler for pod CREATE; register it at /mutate-pod.
+type Handler struct {
+	opts     options
+	client   TemplateClient
+	ensured  *ttlCache[struct{}]
+	verdicts *ttlCache[[]string]
+	inflight singleflight.Group
+}
+
+var _ admission.Handler = &Handler{}
+
+// NewHandler returns a Handler that creates templates through client.
+func NewHandler(client TemplateClient, opts ...Option) (*Handler, error) {
+	if client == nil {
+		return nil, errors.New("podinject: a TemplateClient is required (NewAPIClient for a cluster)")
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("podinject: %w", err)
+	}
+	return &Handler{
+		opts:     o,
+		client:   client,
+		ensured:  newTTLCache[struct{}](o.cacheTTL),
+		verdicts: newTTLCache[[]string](o.cacheTTL),
+	}, nil
+}
+
+// Handle injects the claim into an annotated pod, or denies it with what to fix.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
+		return admission.Allowed("not a pod creation; nothing to inject")
+	}
+	pod, err := decodePod(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	annotations := pod.Metadata.Annotations
+	if _, ok := annotations[h.opts.annotation(annCount)]; !ok {
+		return admission.Allowed("no " + h.opts.annotation(annCount) + " annotation; nothing to inject")
+	}
+	namespace := req.Namespace
+	if namespace == "" {
+		namespace = pod.Metadata.Namespace
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(namespace, pod.name()))
+	ctx = klog.NewContext(ctx, logger)
+
+	want, errs := h.opts.parseRequest(annotations)
+	containers, cerrs := h.opts.chosenContainers(pod)
+	errs = append(errs, cerrs...)
+	if len(pod.Spec.Containers) == 0 {
+		errs = append(errs, field.Required(field.NewPath("spec", "containers"), "a pod needs a container to give GPUs to"))
+	}
+	if len(errs) > 0 {
+		return denied(errs)
+	}
+	template, err := h.opts.template(namespace, want)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	p, errs := planInjection(pod, template.Name, containers)
+	if len(errs) > 0 {
+		return denied(errs)
+	}
+
+	warnings := h.opts.unknownAnnotations(annotations)
+	more, err := h.validate(ctx, template)
+	if err != nil {
+		return admission.Denied(fmt.Sprintf("the GPU request of annotation %s is not valid: %v", h.opts.annotation(annCount), err)).WithWarnings(warnings...)
+	}
+	warnings = append(warnings, more...)
+	// Dry-run promises no side effects (the configuration says sideEffects: NoneOnDryRun); the pod
+	// is not stored either, so nothing will look for the template.
+	if req.DryRun == nil || !*req.DryRun {
+		if err := h.ensure(ctx, template); err != nil {
+			logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
+			return admission.Errored(http.StatusInternalServerError, err).WithWarnings(warnings...)
+		}
+	}
+	ops := p.patch(pod, template.Name)
+	if len(ops) == 0 {
+		return admission.Allowed("the GPU claim is already injected").WithWarnings(warnings...)
+	}
+	logger.V(3).Info("Injecting GPU claim", "template", klog.KObj(template), "count", want.Count, "containers", len(p.containers))
+	return admission.Patched("injected the GPU claim", ops...).WithWarnings(warnings...)
+}
+
+// ensure creates the template once per namespace and TTL; concurrent pods asking for the same one
+// share one API request.
+func (h *Handler) ensure(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error {
+	key := template.Namespace + "/" + template.Name
+	if _, ok := h.ensured.get(key); ok {
+		return nil
+	}
+	_, err, _ := h.inflight.Do("ensure/"+key, func() (any, error) {
+		if err := h.client.EnsureTemplate(ctx, template); err != nil {
+			return nil, err
+		}
+		h.ensured.put(key, struct{}{})
+		return nil, nil
+	})
+	return err
+}
+
+// validate runs the optional Validator; its verdict depends on the template's content only, which
+// the name encodes, so it is cached by name.
+func (h *Handler) validate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) ([]string, error) {
+	if h.opts.validator == nil {
+		return nil, nil
+	}
+	if warnings, ok := h.verdicts.get(template.Name); ok {
+		return warnings, nil
+	}
+	v, err, _ := h.inflight.Do("validate/"+template.Name, func() (any, error) {
+		warnings, err := h.opts.validator.ValidateTemplate(ctx, template)
+		if err != nil {
+			return nil, err
+		}
+		h.verdicts.put(template.Name, warnings)
+		return warnings, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]string), nil
+}
+
+func denied(errs field.ErrorList) admission.Response {
+	return admission.Denied(errs.ToAggregate().Error())
+}

@@ -1,0 +1,349 @@
+package podinject
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
+)
+
+// fakeClient records the templates the handler ensures.
+type fakeClient struct {
+	mu        sync.Mutex
+	templates map[string]*resourceapi.ResourceClaimTemplate
+	calls     int
+	err       error
+}
+
+func (f *fakeClient) EnsureTemplate(_ context.Context, t *resourceapi.ResourceClaimTemplate) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return f.err
+	}
+	if f.templates == nil {
+		f.templates = map[string]*resourceapi.ResourceClaimTemplate{}
+	}
+	f.templates[t.Namespace+"/"+t.Name] = t.DeepCopy()
+	return nil
+}
+
+func (f *fakeClient) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for k := range f.templates {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// handlerCase is one entry of testdata/cases.yaml.
+type handlerCase struct {
+	Name       string          `json:"name"`
+	MaxPerNode int             `json:"maxPerNode,omitempty"`
+	Operation  string          `json:"operation,omitempty"`
+	DryRun     bool            `json:"dryRun,omitempty"`
+	Pod        json.RawMessage `json:"pod"`
+	Want       struct {
+		Allowed  bool              `json:"allowed"`
+		Message  string            `json:"message,omitempty"`
+		Warnings []string          `json:"warnings,omitempty"`
+		Patch    []json.RawMessage `json:"patch,omitempty"`
+		// Templates are the namespace/name of every template ensured.
+		Templates []string `json:"templates,omitempty"`
+	} `json:"want"`
+}
+
+func loadCases(t *testing.T, path string) []handlerCase {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []handlerCase
+	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return cases
+}
+
+func admissionRequest(t testing.TB, op admissionv1.Operation, dryRun bool, podJSON []byte) admission.Request {
+	t.Helper()
+	var meta struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(podJSON, &meta); err != nil {
+		t.Fatalf("pod: %v", err)
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "test",
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Namespace: meta.Metadata.Namespace,
+		Name:      meta.Metadata.Name,
+		Operation: op,
+		DryRun:    ptr.To(dryRun),
+		Object:    runtime.RawExtension{Raw: podJSON},
+	}}
+}
+
+// sortedOps renders patch operations as JSON, ordered by path, so the comparison does not depend
+// on the diff library's traversal order.
+func sortedOps(t *testing.T, ops []json.RawMessage) []string {
+	t.Helper()
+	out := make([]string, len(ops))
+	for i, op := range ops {
+		var v any
+		if err := json.Unmarshal(op, &v); err != nil {
+			t.Fatalf("patch op %s: %v", op, err)
+		}
+		b, _ := json.Marshal(v)
+		out[i] = string(b)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestHandle(t *testing.T) {
+	for _, tc := range loadCases(t, "testdata/cases.yaml") {
+		t.Run(tc.Name, func(t *testing.T) {
+			podJSON, err := yaml.YAMLToJSON(tc.Pod)
+			if err != nil {
+				t.Fatalf("pod: %v", err)
+			}
+			client := &fakeClient{}
+			var opts []Option
+			if tc.MaxPerNode != 0 {
+				opts = append(opts, WithMaxDevicesPerNode(tc.MaxPerNode))
+			}
+			h, err := NewHandler(client, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			op := admissionv1.Create
+			if tc.Operation != "" {
+				op = admissionv1.Operation(tc.Operation)
+			}
+			req := admissionRequest(t, op, tc.DryRun, podJSON)
+			resp := h.Handle(context.Background(), req)
+			if err := resp.Complete(req); err != nil {
+				t.Fatalf("encode response: %v", err)
+			}
+
+			if resp.Allowed != tc.Want.Allowed {
+				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tc.Want.Allowed, resp.Result)
+			}
+			if tc.Want.Message != "" {
+				if resp.Result == nil || resp.Result.Message != tc.Want.Message {
+					t.Errorf("message:\n got %q\nwant %q", resp.Result.Message, tc.Want.Message)
+				}
+			}
+			if !slices.Equal(resp.Warnings, tc.Want.Warnings) {
+				t.Errorf("warnings:\n got %q\nwant %q", resp.Warnings, tc.Want.Warnings)
+			}
+			var got []json.RawMessage
+			for _, p := range resp.Patches {
+				b, err := json.Marshal(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, b)
+			}
+			if g, w := sortedOps(t, got), sortedOps(t, tc.Want.Patch); !slices.Equal(g, w) {
+				t.Errorf("patch:\n got %s\nwant %s", strings.Join(g, "\n     "), strings.Join(w, "\n     "))
+			}
+			if len(resp.Patches) > 0 != (resp.PatchType != nil && *resp.PatchType == admissionv1.PatchTypeJSONPatch) {
+				t.Errorf("patch type %v with %d operations", resp.PatchType, len(resp.Patches))
+			}
+			if n := client.names(); !slices.Equal(n, tc.Want.Templates) {
+				t.Errorf("templates ensured: %q, want %q", n, tc.Want.Templates)
+			}
+			if len(resp.Patches) > 0 {
+				checkPatchedPod(t, h, podJSON, resp.Patch)
+			}
+		})
+	}
+}
+
+// checkPatchedPod applies the patch as the API server would and checks the result is still a
+// decodable pod whose every claim reference resolves.
+func checkPatchedPod(t *testing.T, h *Handler, podJSON, patchJSON []byte) {
+	t.Helper()
+	patch, err := jsonpatch.DecodePatch(patchJSON)
+	if err != nil {
+		t.Fatalf("decode patch: %v", err)
+	}
+	out, err := patch.Apply(podJSON)
+	if err != nil {
+		t.Fatalf("apply patch: %v", err)
+	}
+	var before, after corev1.Pod
+	if err := json.Unmarshal(podJSON, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &after); err != nil {
+		t.Fatalf("patched pod: %v", err)
+	}
+	if !equality.Semantic.DeepEqual(before.Spec.InitContainers, after.Spec.InitContainers) {
+		t.Errorf("init containers changed:\n%v\n%v", before.Spec.InitContainers, after.Spec.InitContainers)
+	}
+	claims := map[string]bool{}
+	for _, rc := range after.Spec.ResourceClaims {
+		claims[rc.Name] = true
+	}
+	for _, c := range after.Spec.Containers {
+		for _, ref := range c.Resources.Claims {
+			if !claims[ref.Name] {
+				t.Errorf("container %s references claim %q that the pod does not define", c.Name, ref.Name)
+			}
+		}
+	}
+	// Injecting again must change nothing: the handler is idempotent.
+	resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, true, out))
+	if !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("second pass over the patched pod: allowed %v, patches %v", resp.Allowed, resp.Patches)
+	}
+}
+
+func TestHandleEnsureFailure(t *testing.T) {
+	client := &fakeClient{err: errors.New("resourceclaimtemplates is forbidden")}
+	h, err := NewHandler(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := []byte(`{"metadata":{"name":"p","namespace":"ns","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app","image":"busybox"}]}}`)
+	resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, pod))
+	if resp.Allowed || resp.Result.Code != 500 || !strings.Contains(resp.Result.Message, "resourceclaimtemplates is forbidden") {
+		t.Fatalf("want a 500 naming the cause, got %+v", resp.Result)
+	}
+	// A failure is not cached: the next pod tries again and, once the API server agrees, works.
+	client.err = nil
+	resp = h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, pod))
+	if !resp.Allowed || len(client.templates) != 1 {
+		t.Fatalf("after recovery: allowed %v, templates %v", resp.Allowed, client.names())
+	}
+}
+
+func TestHandleCachesEnsure(t *testing.T) {
+	client := &fakeClient{}
+	h, err := NewHandler(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := []byte(`{"metadata":{"name":"p","namespace":"ns","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app","image":"busybox"}]}}`)
+	for range 5 {
+		if resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, pod)); !resp.Allowed {
+			t.Fatalf("denied: %+v", resp.Result)
+		}
+	}
+	if client.calls != 1 {
+		t.Errorf("EnsureTemplate called %d times for one template, want 1", client.calls)
+	}
+	other := []byte(strings.Replace(string(pod), `"namespace":"ns"`, `"namespace":"other"`, 1))
+	h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, other))
+	if client.calls != 2 {
+		t.Errorf("a second namespace must get its own template; calls = %d", client.calls)
+	}
+}
+
+type fakeValidator struct {
+	warnings []string
+	err      error
+	seen     []*resourceapi.ResourceClaimTemplate
+}
+
+func (v *fakeValidator) ValidateTemplate(_ context.Context, t *resourceapi.ResourceClaimTemplate) ([]string, error) {
+	v.seen = append(v.seen, t)
+	return v.warnings, v.err
+}
+
+func TestHandleValidator(t *testing.T) {
+	pod := []byte(`{"metadata":{"name":"p","namespace":"ns","annotations":{"gpu.example.com/count":"2","gpu.example.com/model":"H100"}},"spec":{"containers":[{"name":"app","image":"busybox"}]}}`)
+	for name, tc := range map[string]struct {
+		validator   *fakeValidator
+		wantAllowed bool
+		wantMessage string
+		wantWarning []string
+	}{
+		"warns": {
+			validator:   &fakeValidator{warnings: []string{"request gpus: no device currently matches"}},
+			wantAllowed: true,
+			wantWarning: []string{"request gpus: no device currently matches"},
+		},
+		"denies": {
+			validator:   &fakeValidator{err: errors.New(`spec.spec.devices.requests[0].exactly.count: 2 wanted, best node has 1`)},
+			wantMessage: `the GPU request of annotation gpu.example.com/count is not valid: spec.spec.devices.requests[0].exactly.count: 2 wanted, best node has 1`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client := &fakeClient{}
+			h, err := NewHandler(client, WithValidator(ValidatorFunc(tc.validator.ValidateTemplate)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, pod))
+			if resp.Allowed != tc.wantAllowed {
+				t.Fatalf("allowed %v, want %v: %+v", resp.Allowed, tc.wantAllowed, resp.Result)
+			}
+			if tc.wantMessage != "" && resp.Result.Message != tc.wantMessage {
+				t.Errorf("message %q, want %q", resp.Result.Message, tc.wantMessage)
+			}
+			if !slices.Equal(resp.Warnings, tc.wantWarning) {
+				t.Errorf("warnings %q, want %q", resp.Warnings, tc.wantWarning)
+			}
+			if len(tc.validator.seen) != 1 || tc.validator.seen[0].Spec.Spec.Devices.Requests[0].Exactly.Count != 2 {
+				t.Fatalf("validator saw %v, want the one template", tc.validator.seen)
+			}
+			if !tc.wantAllowed && client.calls != 0 {
+				t.Errorf("a template the validator rejects was created")
+			}
+		})
+	}
+}
+
+func TestNewHandlerOptions(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts    []Option
+		wantErr string
+	}{
+		"defaults":        {},
+		"inventory max":   {opts: []Option{WithMaxDevicesPerNode(16)}},
+		"zero max":        {opts: []Option{WithMaxDevicesPerNode(0)}, wantErr: "max devices per node 0: must be at least 1"},
+		"bad driver":      {opts: []Option{WithDriverName("GPU_Example")}, wantErr: `driver name "GPU_Example"`},
+		"bad class":       {opts: []Option{WithDeviceClassName("a b")}, wantErr: `DeviceClass name "a b"`},
+		"bad prefix":      {opts: []Option{WithAnnotationPrefix("-x-")}, wantErr: `annotation prefix "-x-"`},
+		"negative TTL":    {opts: []Option{WithCacheTTL(-1)}, wantErr: "cache TTL"},
+		"other driver ok": {opts: []Option{WithDriverName("gpu.acme.io"), WithDeviceClassName("big-gpus")}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewHandler(&fakeClient{}, tc.opts...)
+			if tc.wantErr == "" && err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := NewHandler(nil); err == nil {
+		t.Error("a nil client must be refused")
+	}
+}

@@ -1,0 +1,106 @@
+package podinject
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra/driver/inventory"
+)
+
+// hashLength is how many hex digits of the spec's SHA-256 go into a template name: enough that two
+// different requests never meet in one namespace, short enough to read in `kubectl get`.
+const hashLength = 10
+
+// template returns the managed ResourceClaimTemplate for a request, in v1 (the client writes it in
+// whatever version the cluster serves). Its name is derived from its spec alone, so every pod
+// asking the same thing in a namespace shares one template and a changed request never reuses a
+// template made for another.
+func (o options) template(namespace string, req Request) (*resourceapi.ResourceClaimTemplate, error) {
+	var selectors []resourceapi.DeviceSelector
+	if req.Model != "" {
+		selectors = append(selectors, celSelector(fmt.Sprintf("device.attributes[%s].%s == %s",
+			celString(o.driverName), inventory.AttrModel, celString(req.Model))))
+	}
+	if req.Memory != nil {
+		selectors = append(selectors, celSelector(fmt.Sprintf("device.capacity[%s].%s.compareTo(quantity(%s)) >= 0",
+			celString(o.driverName), inventory.CapMemory, celString(req.Memory.String()))))
+	}
+	spec := resourceapi.ResourceClaimTemplateSpec{
+		Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{{
+					Name: RequestName,
+					Exactly: &resourceapi.ExactDeviceRequest{
+						DeviceClassName: o.deviceClassName,
+						Selectors:       selectors,
+						AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+						Count:           int64(req.Count),
+					},
+				}},
+			},
+		},
+	}
+	// encoding/json writes struct fields in declaration order and map keys sorted, so the same
+	// spec always hashes the same.
+	canonical, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("hash template spec: %w", err)
+	}
+	sum := sha256.Sum256(canonical)
+	return &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s-%d-%s", ClaimName, req.Count, hex.EncodeToString(sum[:])[:hashLength]),
+			Namespace: namespace,
+			Labels: map[string]string{
+				ManagedByLabel:         ManagedBy,
+				o.annotation(annCount): strconv.Itoa(req.Count),
+			},
+		},
+		Spec: spec,
+	}, nil
+}
+
+func celSelector(expression string) resourceapi.DeviceSelector {
+	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expression}}
+}
+
+// celString quotes s as a CEL string literal. CEL's escapes are not Go's (\x there is a code
+// point, not a byte), so strconv.Quote is not safe; s must be valid UTF-8 (parseRequest checks).
+func celString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			switch {
+			case unicode.IsPrint(r):
+				b.WriteRune(r)
+			case r <= 0xffff:
+				fmt.Fprintf(&b, `\u%04x`, r)
+			default:
+				fmt.Fprintf(&b, `\U%08x`, r)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
