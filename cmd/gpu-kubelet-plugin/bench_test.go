@@ -1,0 +1,99 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// BenchmarkPrepareUnprepare measures one claim's NodePrepareResources + NodeUnprepareResources
+// through the real DRA socket of the plugin process (which reads the claim from a real API server,
+// writes the CDI spec and fsyncs the checkpoint), and the plugin's RSS with 100 prepared claims.
+//
+//	KUBEBUILDER_ASSETS=... go test ./cmd/gpu-kubelet-plugin -run '^$' -bench PrepareUnprepare
+func BenchmarkPrepareUnprepare(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c := newCluster(b, v1Only, nil)
+	// Back-to-back prepares exceed the default client limit of 50 QPS (the kubelet's own default),
+	// which would measure the rate limiter instead of the plugin; real nodes prepare far less often.
+	p := c.startPlugin(b, "", "-v=0", c.inventory(b, 128), "--kube-api-qps=1000", "--kube-api-burst=1000")
+	k := p.register(ctx, false)
+	const pool = 100
+	claims := make([]*resourceapi.ResourceClaim, pool)
+	for i := range claims {
+		claims[i] = c.allocatedClaim(b, ctx, fmt.Sprintf("bench-%d", i), []string{fmt.Sprintf("gpu-%d", i)})
+	}
+
+	var prep, unprep, pair []time.Duration
+	i := 0
+	for b.Loop() {
+		claim := claims[i%pool]
+		i++
+		start := time.Now()
+		if _, err := k.prepare(ctx, claim); err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		if err := k.unprepare(ctx, claim); err != nil {
+			b.Fatal(err)
+		}
+		end := time.Now()
+		prep = append(prep, mid.Sub(start))
+		unprep = append(unprep, end.Sub(mid))
+		pair = append(pair, end.Sub(start))
+	}
+	b.StopTimer()
+	report := func(name string, d []time.Duration) {
+		slices.Sort(d)
+		b.ReportMetric(ms(d[len(d)/2]), name+"-p50-ms")
+		b.ReportMetric(ms(d[(len(d)*99)/100]), name+"-p99-ms")
+	}
+	report("prepare", prep)
+	report("unprepare", unprep)
+	report("pair", pair)
+
+	if _, err := k.prepare(ctx, claims...); err != nil {
+		b.Fatal(err)
+	}
+	if entries := c.consistent(b); len(entries) != pool {
+		b.Fatalf("%d claims prepared, want %d", len(entries), pool)
+	}
+	rss, err := rssMiB(p.cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rss, "rss-MiB-100-claims")
+	// VmRSS counts the binary's file-backed pages the kernel mapped in (shared page cache) as well as
+	// the process's own anonymous memory; report the split so the number can be read correctly.
+	anon, err := procStatusMiB(p.cmd.Process.Pid, "RssAnon:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(anon, "rss-anon-MiB-100-claims")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func rssMiB(pid int) (float64, error) { return procStatusMiB(pid, "VmRSS:") }
+
+func procStatusMiB(pid int, field string) (float64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}

@@ -1,0 +1,71 @@
+package app
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestValidate(t *testing.T) {
+	good := Options{DriverName: "gpu.example.com", NodeName: "n", RegistrarDir: "/r", PluginsDir: "/p"}
+	tests := []struct {
+		name    string
+		mutate  func(*Options)
+		wantErr string
+	}{
+		{name: "good", mutate: func(*Options) {}},
+		{name: "no node", mutate: func(o *Options) { o.NodeName = "" }, wantErr: "--node-name (or env NODE_NAME) is required"},
+		{name: "bad driver name", mutate: func(o *Options) { o.DriverName = "GPU_Example" }, wantErr: "--driver-name \"GPU_Example\""},
+		{name: "no plugins dir", mutate: func(o *Options) { o.PluginsDir = "" }, wantErr: "--kubelet-plugins-dir"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := good
+			tc.mutate(&o)
+			err := o.Validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSocketPaths(t *testing.T) {
+	o := Options{DriverName: "gpu.example.com", RegistrarDir: "/var/lib/kubelet/plugins_registry", PluginsDir: "/var/lib/kubelet/plugins"}
+	if got := o.RegistrationSocket(); got != "/var/lib/kubelet/plugins_registry/gpu.example.com-reg.sock" {
+		t.Errorf("registration socket %s", got)
+	}
+	if got := o.DRASocket(); got != "/var/lib/kubelet/plugins/gpu.example.com/dra.sock" {
+		t.Errorf("DRA socket %s", got)
+	}
+	o.PodUID = "0b3d5f4e-2f0c-4e43-9d1a-4d1c2f7f6f11"
+	if got := o.RegistrationSocket(); filepath.Dir(got) != o.RegistrarDir || !strings.Contains(got, o.PodUID) {
+		t.Errorf("rolling-update registration socket %s", got)
+	}
+	if got := o.DRASocket(); filepath.Base(got) != "dra-"+o.PodUID+".sock" {
+		t.Errorf("rolling-update DRA socket %s", got)
+	}
+}
+
+func TestKubeletSupportsRollingUpdate(t *testing.T) {
+	for v, want := range map[string]bool{
+		"v1.32.13":        false,
+		"v1.33.0":         true,
+		"v1.34.2":         true,
+		"v1.37.2-gke.100": true,
+		"":                true, // unknown: a Node without status, assume current
+	} {
+		node := &corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: v}}}
+		if got := kubeletSupportsRollingUpdate(node); got != want {
+			t.Errorf("kubelet %q: %v, want %v", v, got, want)
+		}
+	}
+}

@@ -1,0 +1,253 @@
+// Package checkpoint persists the claims this plugin has prepared, so that a restarted plugin (or
+// its rolling-update successor) answers prepare and unprepare exactly as before. The file is
+// replaced atomically and carries a checksum: a crash leaves either the old or the new file, and a
+// damaged file is detected, reported and moved aside instead of being trusted or overwritten.
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-dra/gpu-dra/driver/cdi"
+)
+
+// FileName is the checkpoint's name in the plugin data directory.
+const FileName = "checkpoint.json"
+
+const version = "gpu.example.com/checkpoint/v1"
+
+// Data is the content of a checkpoint: the prepared claims by UID.
+type Data struct {
+	Claims map[types.UID]cdi.Claim `json:"claims"`
+}
+
+type file struct {
+	Version  string          `json:"version"`
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// CorruptError says the checkpoint could not be trusted and where the damaged file was moved.
+type CorruptError struct {
+	Path      string
+	MovedTo   string
+	Reason    error
+	MoveError error
+}
+
+func (e *CorruptError) Error() string {
+	if e.MoveError != nil {
+		return fmt.Sprintf("checkpoint %s is corrupt (%v) and could not be moved aside: %v", e.Path, e.Reason, e.MoveError)
+	}
+	return fmt.Sprintf("checkpoint %s is corrupt (%v); moved aside to %s", e.Path, e.Reason, e.MovedTo)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Reason }
+
+// Store reads and writes one checkpoint file. It is not safe for concurrent use; the kubelet plugin
+// helper serializes prepare and unprepare (across instances, with a file lock, during rolling
+// updates), and each call loads the file fresh, so two instances never work on stale state.
+type Store struct {
+	path string
+	now  func() time.Time
+
+	// cached is the content last read or written, valid while the file is the same inode with the
+	// same size and mtime. Every Save renames a new inode into place, so a write by another plugin
+	// instance (rolling update) always misses the cache. Decoding dominated the cost of a prepare.
+	cached    map[types.UID]cdi.Claim
+	cachedKey fileKey
+}
+
+type fileKey struct {
+	ino   uint64
+	size  int64
+	mtime time.Time
+}
+
+func keyOf(info os.FileInfo) fileKey {
+	k := fileKey{size: info.Size(), mtime: info.ModTime()}
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		k.ino = st.Ino
+	}
+	return k
+}
+
+// NewStore returns the store of the checkpoint in dir.
+func NewStore(dir string) *Store {
+	return &Store{path: filepath.Join(dir, FileName), now: time.Now}
+}
+
+// Path is the checkpoint file.
+func (s *Store) Path() string { return s.path }
+
+// Load reads the checkpoint. A missing file is an empty checkpoint. A file that does not parse, has
+// an unknown version or a wrong checksum is renamed to <path>.corrupt-<timestamp> and reported as a
+// *CorruptError together with an empty checkpoint, so the caller can rebuild state from elsewhere.
+func (s *Store) Load() (*Data, error) {
+	empty := &Data{Claims: map[types.UID]cdi.Claim{}}
+	f, err := os.Open(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		s.cached = nil
+		return empty, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint %s: %w", s.path, err)
+	}
+	defer func() { _ = f.Close() }()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat checkpoint %s: %w", s.path, err)
+	}
+	if s.cached != nil && keyOf(info) == s.cachedKey {
+		// Callers add and delete entries; they get their own map.
+		return &Data{Claims: maps.Clone(s.cached)}, nil
+	}
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint %s: %w", s.path, err)
+	}
+	data, reason := decode(raw)
+	if reason == nil {
+		s.cached, s.cachedKey = maps.Clone(data.Claims), keyOf(info)
+		return data, nil
+	}
+	s.cached = nil
+	corrupt := &CorruptError{Path: s.path, Reason: reason}
+	corrupt.MovedTo = fmt.Sprintf("%s.corrupt-%s", s.path, s.now().UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(s.path, corrupt.MovedTo); err != nil {
+		corrupt.MovedTo = ""
+		corrupt.MoveError = err
+		// Still corrupt and still in place: refuse to work on it, a later Save would overwrite the
+		// evidence.
+		return nil, corrupt
+	}
+	if err := syncDir(filepath.Dir(s.path)); err != nil {
+		return nil, fmt.Errorf("sync %s after moving corrupt checkpoint: %w", filepath.Dir(s.path), err)
+	}
+	return empty, corrupt
+}
+
+func decode(raw []byte) (*Data, error) {
+	var f file
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if f.Version != version {
+		return nil, fmt.Errorf("version %q, want %q", f.Version, version)
+	}
+	if got := checksum(f.Data); got != f.Checksum {
+		return nil, fmt.Errorf("checksum %q does not match content (%q)", f.Checksum, got)
+	}
+	data := &Data{}
+	if err := json.Unmarshal(f.Data, data); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if data.Claims == nil {
+		data.Claims = map[types.UID]cdi.Claim{}
+	}
+	for uid, c := range data.Claims {
+		if c.UID != uid {
+			return nil, fmt.Errorf("entry %s holds claim UID %q", uid, c.UID)
+		}
+	}
+	return data, nil
+}
+
+func checksum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Save replaces the checkpoint atomically: write a temp file in the same directory, fsync it,
+// rename it over the checkpoint, fsync the directory so the rename itself survives a power loss.
+func (s *Store) Save(data *Data) error {
+	payload, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	// Assembled by hand: marshaling payload as a json.RawMessage would validate and compact it
+	// again, which cost as much as encoding it.
+	raw := make([]byte, 0, len(payload)+128)
+	raw = fmt.Appendf(raw, `{"version":%q,"checksum":%q,"data":`, version, checksum(payload))
+	raw = append(raw, payload...)
+	raw = append(raw, '}')
+	s.cached = nil
+	info, err := writeAtomically(s.path, raw)
+	if err != nil {
+		return err
+	}
+	s.cached, s.cachedKey = maps.Clone(data.Claims), keyOf(info)
+	return nil
+}
+
+func writeAtomically(path string, data []byte) (info os.FileInfo, retErr error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("create temp file for %s: %w", path, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return nil, fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	}
+	info, err = tmp.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return nil, fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return info, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		return errors.Join(err, d.Close())
+	}
+	return d.Close()
+}
+
+// RemoveStaleTemps deletes temp files a crash left between create and rename. They are never read,
+// so this only keeps the directory tidy.
+func (s *Store) RemoveStaleTemps() error {
+	matches, err := filepath.Glob(filepath.Join(filepath.Dir(s.path), "."+filepath.Base(s.path)+".*.tmp"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range matches {
+		if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

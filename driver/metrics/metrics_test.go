@@ -1,0 +1,38 @@
+package metrics
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMetrics(t *testing.T) {
+	m := New()
+	m.ObservePrepare(2*time.Millisecond, nil)
+	m.ObservePrepare(3*time.Millisecond, nil)
+	m.ObservePrepare(time.Millisecond, errors.New("bad config"))
+	m.ObserveUnprepare(time.Millisecond, nil)
+	m.SetPreparedClaims(1)
+	m.Error("publish_dropped_fields")
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`gpu_dra_plugin_prepare_claims_total{result="success"} 2`,
+		`gpu_dra_plugin_prepare_claims_total{result="error"} 1`,
+		`gpu_dra_plugin_errors_total{component="prepare"} 1`,
+		`gpu_dra_plugin_unprepare_claims_total{result="success"} 1`,
+		`gpu_dra_plugin_prepare_duration_seconds_count 3`,
+		`gpu_dra_plugin_prepared_claims 1`,
+		`gpu_dra_plugin_errors_total{component="publish_dropped_fields"} 1`,
+		`go_goroutines`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

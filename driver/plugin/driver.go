@@ -1,0 +1,282 @@
+// Package plugin implements the kubelet side of the driver: the kubeletplugin.DRAPlugin that
+// prepares and unprepares claims (CDI spec + checkpoint), publishing the node's devices as
+// ResourceSlices, reconciliation on start and slice cleanup on shutdown.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/driver/cdi"
+	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
+	"github.com/gpu-dra/gpu-dra/driver/metrics"
+)
+
+// DeviceSource lists the devices of this node. The simulated inventory is one; a hardware backend
+// can be another without touching publishing or prepare.
+type DeviceSource interface {
+	Devices(ctx context.Context) ([]resourceapi.Device, error)
+}
+
+// Driver is the DRAPlugin. Every call loads the checkpoint afresh: during a rolling update the
+// kubelet may prepare through one instance and unprepare through the other, so no state may live
+// only in memory. The helper serializes calls (with a file lock across instances).
+type Driver struct {
+	driverName string
+	poolName   string
+	mutex      sync.RWMutex
+	devices    map[string]int // name -> index; replaced when the inventory changes
+	cdi        *cdi.Writer
+	store      *checkpoint.Store
+	metrics    *metrics.Metrics
+	onFatal    func(error)
+}
+
+var _ kubeletplugin.DRAPlugin = &Driver{}
+
+// DriverOption configures a Driver.
+type DriverOption func(*Driver)
+
+// WithMetrics records prepare/unprepare metrics; without it a private registry is used.
+func WithMetrics(m *metrics.Metrics) DriverOption { return func(d *Driver) { d.metrics = m } }
+
+// WithFatalHandler is called on background errors that retrying will not fix (e.g. the gRPC server
+// died); the caller should shut down.
+func WithFatalHandler(f func(error)) DriverOption { return func(d *Driver) { d.onFatal = f } }
+
+// NewDriver returns the DRAPlugin of one node. The devices are read once: they define which
+// allocations this node accepts.
+func NewDriver(ctx context.Context, driverName, nodeName string, source DeviceSource, writer *cdi.Writer, store *checkpoint.Store, opts ...DriverOption) (*Driver, error) {
+	devs, err := source.Devices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list devices of node %s: %w", nodeName, err)
+	}
+	d := &Driver{
+		driverName: driverName,
+		poolName:   nodeName,
+		cdi:        writer,
+		store:      store,
+	}
+	d.setDevices(devs)
+	for _, o := range opts {
+		o(d)
+	}
+	if d.metrics == nil {
+		d.metrics = metrics.New()
+	}
+	return d, nil
+}
+
+// SetDevices replaces the devices this node accepts allocations for, after an inventory change.
+// Claims already prepared keep their recorded devices.
+func (d *Driver) SetDevices(ctx context.Context, source DeviceSource) error {
+	devs, err := source.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("list devices of node %s: %w", d.poolName, err)
+	}
+	d.setDevices(devs)
+	return nil
+}
+
+func (d *Driver) setDevices(devs []resourceapi.Device) {
+	devices := make(map[string]int, len(devs))
+	for i, dev := range devs {
+		index := i
+		if a, ok := dev.Attributes["index"]; ok && a.IntValue != nil {
+			index = int(*a.IntValue)
+		}
+		devices[dev.Name] = index
+	}
+	d.mutex.Lock()
+	defer d.mutex.Unlock()
+	d.devices = devices
+}
+
+// PrepareResourceClaims writes a CDI spec per new claim, then records all of them in one checkpoint
+// save. A crash in between leaves CDI specs without entries, which Reconcile removes; the kubelet
+// then retries the prepare. Already prepared claims return their recorded devices.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	if len(claims) == 0 {
+		// The liveness probe's call: it proves the socket and the lock work, nothing to record.
+		return result, nil
+	}
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	data, err := d.store.Load()
+	if err != nil {
+		d.metrics.Error("checkpoint")
+		return nil, fmt.Errorf("load checkpoint: %w", err)
+	}
+	inUse := devicesInUse(data.Claims)
+	var added []types.UID
+	for _, claim := range claims {
+		if prepared, ok := data.Claims[claim.UID]; ok {
+			// The spec may be missing if it was removed behind our back; restore it so the
+			// container can still start.
+			if !d.cdi.Exists(claim.UID) {
+				if err := d.cdi.Write(prepared); err != nil {
+					result[claim.UID] = kubeletplugin.PrepareResult{Err: err}
+					continue
+				}
+			}
+			result[claim.UID] = kubeletplugin.PrepareResult{Devices: d.resultDevices(prepared)}
+			continue
+		}
+		d.mutex.RLock()
+		devices, err := claimDevices(d.driverName, d.poolName, d.devices, claim)
+		d.mutex.RUnlock()
+		if err == nil {
+			err = checkNotInUse(claim, devices, inUse)
+		}
+		if err == nil {
+			c := cdi.Claim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Devices: devices}
+			if err = d.cdi.Write(c); err == nil {
+				data.Claims[claim.UID] = c
+				added = append(added, claim.UID)
+				markInUse(inUse, c)
+				result[claim.UID] = kubeletplugin.PrepareResult{Devices: d.resultDevices(c)}
+				logger.V(3).Info("Prepared claim", "claim", klog.KObj(claim), "uid", claim.UID, "devices", len(devices))
+			}
+		}
+		if err != nil {
+			logger.Error(err, "Preparing claim failed", "claim", klog.KObj(claim))
+			result[claim.UID] = kubeletplugin.PrepareResult{Err: err}
+		}
+	}
+	if len(added) > 0 {
+		if err := d.store.Save(data); err != nil {
+			d.metrics.Error("checkpoint")
+			// Without the entry the spec would be an orphan; remove it and let the kubelet retry.
+			for _, uid := range added {
+				_ = d.cdi.Remove(uid)
+				result[uid] = kubeletplugin.PrepareResult{Err: fmt.Errorf("save checkpoint: %w", err)}
+			}
+		}
+	}
+	d.metrics.SetPreparedClaims(len(data.Claims))
+	per := time.Since(start) / time.Duration(len(claims))
+	for _, r := range result {
+		d.metrics.ObservePrepare(per, r.Err)
+	}
+	return result, nil
+}
+
+// devicesInUse maps each exclusively prepared device to its claim. The scheduler never allocates
+// one device to two claims (this driver does not publish allowMultipleAllocations), but if that
+// ever went wrong, the plugin is the last place to stop two workloads sharing a GPU unknowingly.
+func devicesInUse(claims map[types.UID]cdi.Claim) map[string]cdi.Claim {
+	inUse := map[string]cdi.Claim{}
+	for _, c := range claims {
+		markInUse(inUse, c)
+	}
+	return inUse
+}
+
+func markInUse(inUse map[string]cdi.Claim, c cdi.Claim) {
+	for _, d := range c.Devices {
+		if !d.AdminAccess {
+			inUse[d.Pool+"/"+d.Name] = c
+		}
+	}
+}
+
+func checkNotInUse(claim *resourceapi.ResourceClaim, devices []cdi.Device, inUse map[string]cdi.Claim) error {
+	for _, d := range devices {
+		if d.AdminAccess {
+			continue
+		}
+		if other, ok := inUse[d.Pool+"/"+d.Name]; ok && other.UID != claim.UID {
+			return fmt.Errorf("claim %s/%s: device %s/%s is already prepared for claim %s/%s (uid %s); unprepare that claim first",
+				claim.Namespace, claim.Name, d.Pool, d.Name, other.Namespace, other.Name, other.UID)
+		}
+	}
+	return nil
+}
+
+func (d *Driver) resultDevices(c cdi.Claim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(c.Devices))
+	for _, dev := range c.Devices {
+		out = append(out, kubeletplugin.Device{
+			Requests:     []string{dev.Request},
+			PoolName:     dev.Pool,
+			DeviceName:   dev.Name,
+			CDIDeviceIDs: []string{d.cdi.DeviceID(c.UID, dev.Name)},
+		})
+	}
+	return out
+}
+
+// UnprepareResourceClaims drops the checkpoint entries first, then the CDI specs: a crash in
+// between leaves orphan specs, which Reconcile removes, never an entry without its spec.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	result := make(map[types.UID]error, len(claims))
+	if len(claims) == 0 {
+		return result, nil
+	}
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	data, err := d.store.Load()
+	if err != nil {
+		d.metrics.Error("checkpoint")
+		return nil, fmt.Errorf("load checkpoint: %w", err)
+	}
+	changed := false
+	for _, c := range claims {
+		if _, ok := data.Claims[c.UID]; ok {
+			delete(data.Claims, c.UID)
+			changed = true
+		}
+	}
+	if changed {
+		if err := d.store.Save(data); err != nil {
+			d.metrics.Error("checkpoint")
+			return nil, fmt.Errorf("save checkpoint: %w", err)
+		}
+	}
+	for _, c := range claims {
+		// Also when there was no entry: a spec may be left from a prepare that crashed.
+		result[c.UID] = d.cdi.Remove(c.UID)
+		logger.V(3).Info("Unprepared claim", "claim", c.NamespacedName, "uid", c.UID, "err", result[c.UID])
+	}
+	d.metrics.SetPreparedClaims(len(data.Claims))
+	per := time.Since(start) / time.Duration(len(claims))
+	for _, err := range result {
+		d.metrics.ObserveUnprepare(per, err)
+	}
+	return result, nil
+}
+
+// HandleError logs background errors of the helper. Publishing errors are recoverable (the library
+// retries); dropped fields mean we publish something the cluster does not accept and are counted
+// separately so a test or alert can see them. Anything else is fatal.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	var dropped *resourceslice.DroppedFieldsError
+	switch {
+	case errors.As(err, &dropped):
+		d.metrics.Error("publish_dropped_fields")
+	case errors.Is(err, kubeletplugin.ErrRecoverable):
+		d.metrics.Error("publish")
+	default:
+		d.metrics.Error("grpc")
+		if d.onFatal != nil {
+			d.onFatal(fmt.Errorf("%s: %w", msg, err))
+		}
+	}
+}
+
+// WatchHealthStatus: simulated devices have no health to report.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}

@@ -1,0 +1,117 @@
+package plugin
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/driver/inventory"
+)
+
+// Publisher publishes the node's pool; the kubeletplugin helper implements it.
+type Publisher interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
+}
+
+// InventoryWatcher re-publishes when what the node should have changes: its labels (which pick
+// the node group) or the inventory file (a ConfigMap the chart mounts, updated in place by the
+// kubelet). The Node is watched, not polled, so a large cluster does not pay per node per interval;
+// the file is re-read every Interval because ConfigMap volume updates swap symlinks, which file
+// watches miss.
+type InventoryWatcher struct {
+	NodeName   string
+	ConfigPath string
+	Interval   time.Duration
+	Client     kubernetes.Interface
+	Driver     *Driver
+	Publisher  Publisher
+	// Current is the spec already published.
+	Current inventory.GroupSpec
+}
+
+// Run blocks until ctx is canceled.
+func (w *InventoryWatcher) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	trigger := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(w.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + w.NodeName
+	}))
+	nodes := factory.Core().V1().Nodes()
+	_, _ = nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if !ok1 || !ok2 || !reflect.DeepEqual(o.Labels, n.Labels) {
+				poke()
+			}
+		},
+	})
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	interval := w.Interval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-trigger:
+		}
+		node, err := nodes.Lister().Get(w.NodeName)
+		if err != nil {
+			continue // not synced yet
+		}
+		cfg, err := inventory.LoadConfig(w.ConfigPath)
+		if err != nil {
+			// Keep publishing what we have; a broken edit must not take the node's GPUs away.
+			logger.Error(err, "Inventory config unreadable; keeping the published devices", "path", w.ConfigPath)
+			continue
+		}
+		spec := cfg.ForNode(node.Labels)
+		if specEqual(spec, w.Current) {
+			continue
+		}
+		source := inventory.NewSimulated(w.NodeName, spec)
+		if err := w.Driver.SetDevices(ctx, source); err != nil {
+			logger.Error(err, "Inventory change not applied")
+			continue
+		}
+		resources, err := Resources(ctx, w.NodeName, source)
+		if err == nil {
+			err = w.Publisher.PublishResources(ctx, resources)
+		}
+		if err != nil {
+			logger.Error(err, "Re-publishing after inventory change failed")
+			continue
+		}
+		logger.Info("Inventory changed; re-published", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
+		w.Current = spec
+	}
+}
+
+func specEqual(a, b inventory.GroupSpec) bool {
+	if a.Count != b.Count || a.Model != b.Model || (a.Memory == nil) != (b.Memory == nil) {
+		return false
+	}
+	return a.Memory == nil || a.Memory.Cmp(*b.Memory) == 0
+}

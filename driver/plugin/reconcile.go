@@ -1,0 +1,167 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cgoresource "k8s.io/client-go/kubernetes/typed/resource/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/driver/cdi"
+	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
+)
+
+// ClaimGetter reads ResourceClaims in whatever version the server serves
+// (k8s.io/dynamic-resource-allocation/client implements it).
+type ClaimGetter interface {
+	ResourceClaims(namespace string) cgoresource.ResourceClaimInterface
+}
+
+// LockFileName is the helper's serialization lock in the plugin data directory (see
+// kubeletplugin.Start with RollingUpdate); reconciliation takes the same lock so it never runs while
+// another instance is inside a prepare or unprepare.
+const LockFileName = "serialize.lock"
+
+// ReconcileResult says what Reconcile changed.
+type ReconcileResult struct {
+	// Corrupt is set when the checkpoint was corrupt and got moved aside.
+	Corrupt *checkpoint.CorruptError
+	// Recovered are claims rebuilt from their CDI specs after the checkpoint was lost.
+	Recovered []types.UID
+	// RestoredSpecs are entries whose missing CDI spec was rewritten.
+	RestoredSpecs []types.UID
+	// RemovedOrphans are CDI specs without a checkpoint entry (a prepare that crashed).
+	RemovedOrphans []types.UID
+	// Unprepared are entries whose claim is gone from the API server or was replaced.
+	Unprepared []types.UID
+	// Prepared is the number of entries afterwards.
+	Prepared int
+}
+
+// Reconcile makes the CDI directory and the checkpoint agree again after a crash or restart, then
+// drops claims that no longer exist. Rules:
+//   - a corrupt checkpoint is moved aside and reported; the CDI specs, which carry their claim in
+//     annotations, become the record of what is prepared;
+//   - an entry without its spec gets the spec rewritten (the entry is the commit point of prepare);
+//   - a spec without an entry is removed (its prepare never committed; the kubelet retries);
+//   - an entry whose claim is not found, or has another UID now, is unprepared.
+//
+// Claims that cannot be looked up for other reasons are kept: deleting a prepared claim of a
+// running pod because the API server was briefly unreachable would be worse than a late cleanup.
+func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileResult, error) {
+	logger := klog.FromContext(ctx)
+	unlock, err := lock(filepath.Join(filepath.Dir(d.store.Path()), LockFileName))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	res := &ReconcileResult{}
+	if err := d.store.RemoveStaleTemps(); err != nil {
+		logger.Error(err, "Removing stale checkpoint temp files failed")
+	}
+	data, err := d.store.Load()
+	var corrupt *checkpoint.CorruptError
+	switch {
+	case errors.As(err, &corrupt) && data != nil:
+		d.metrics.Error("checkpoint")
+		logger.Error(corrupt, "Checkpoint is corrupt; rebuilding from CDI specs", "path", corrupt.Path, "movedTo", corrupt.MovedTo)
+		res.Corrupt = corrupt
+	case err != nil:
+		d.metrics.Error("checkpoint")
+		return nil, err
+	}
+	specs, err := d.cdi.List()
+	if err != nil {
+		return nil, err
+	}
+	haveSpec := make(map[types.UID]bool, len(specs))
+	for _, uid := range specs {
+		haveSpec[uid] = true
+	}
+	changed := false
+	if res.Corrupt != nil {
+		for _, uid := range specs {
+			c, err := d.cdi.Read(uid)
+			if err != nil {
+				logger.Error(err, "Unreadable CDI spec cannot be recovered; removing it", "uid", uid)
+				continue
+			}
+			data.Claims[uid] = c
+			res.Recovered = append(res.Recovered, uid)
+			changed = true
+		}
+	}
+	for uid, c := range data.Claims {
+		if !haveSpec[uid] {
+			if err := d.cdi.Write(c); err != nil {
+				return nil, err
+			}
+			res.RestoredSpecs = append(res.RestoredSpecs, uid)
+		}
+	}
+	for _, uid := range specs {
+		if _, ok := data.Claims[uid]; !ok {
+			if err := d.cdi.Remove(uid); err != nil {
+				return nil, err
+			}
+			res.RemovedOrphans = append(res.RemovedOrphans, uid)
+		}
+	}
+	if claims != nil {
+		for uid, c := range data.Claims {
+			current, err := claims.ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err), err == nil && current.UID != uid:
+			case err != nil:
+				logger.Error(err, "Cannot check whether prepared claim still exists; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid)
+				continue
+			default:
+				continue
+			}
+			delete(data.Claims, uid)
+			changed = true
+			res.Unprepared = append(res.Unprepared, uid)
+		}
+	}
+	if changed || res.Corrupt != nil {
+		if err := d.store.Save(data); err != nil {
+			d.metrics.Error("checkpoint")
+			return nil, fmt.Errorf("save reconciled checkpoint: %w", err)
+		}
+	}
+	for _, uid := range res.Unprepared {
+		if err := d.cdi.Remove(uid); err != nil {
+			return nil, err
+		}
+	}
+	res.Prepared = len(data.Claims)
+	d.metrics.SetPreparedClaims(res.Prepared)
+	logger.Info("Reconciled prepared claims", "prepared", res.Prepared, "recovered", len(res.Recovered),
+		"restoredSpecs", len(res.RestoredSpecs), "removedOrphans", len(res.RemovedOrphans), "unprepared", len(res.Unprepared))
+	return res, nil
+}
+
+func lock(path string) (func(), error) {
+	f, err := fileutil.LockFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil
+}
+
+// PreparedClaims lists the checkpoint's entries (for tests and diagnostics).
+func (d *Driver) PreparedClaims() (map[types.UID]cdi.Claim, error) {
+	data, err := d.store.Load()
+	if err != nil {
+		return nil, err
+	}
+	return data.Claims, nil
+}

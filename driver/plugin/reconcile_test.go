@@ -1,0 +1,262 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/gpu-dra/gpu-dra/driver/cdi"
+)
+
+func prepare(t *testing.T, h *harness, claims ...*resourceapi.ResourceClaim) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	res, err := h.driver.PrepareResourceClaims(ctx, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uid, r := range res {
+		if r.Err != nil {
+			t.Fatalf("prepare %s: %v", uid, r.Err)
+		}
+	}
+}
+
+func uids(m map[types.UID]cdi.Claim) []types.UID {
+	var out []types.UID
+	for u := range m {
+		out = append(out, u)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestReconcile(t *testing.T) {
+	c1 := claim("uid-1", "c1", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-1")})
+	c2 := claim("uid-2", "c2", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-2")})
+	c3 := claim("uid-3", "c3", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-3")})
+	apiClaim := func(name, uid string) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
+	}
+	tests := []struct {
+		name string
+		// damage runs after c1..c3 are prepared.
+		damage         func(t *testing.T, h *harness)
+		inAPI          []*resourceapi.ResourceClaim
+		wantPrepared   []types.UID
+		wantCorrupt    bool
+		wantUnprepared []types.UID
+	}{
+		{
+			name:         "all claims exist: nothing changes",
+			inAPI:        []*resourceapi.ResourceClaim{c1, c2, c3},
+			wantPrepared: []types.UID{"uid-1", "uid-2", "uid-3"},
+		},
+		{
+			name:           "deleted claim and replaced claim are unprepared",
+			inAPI:          []*resourceapi.ResourceClaim{c1, apiClaim("c2", "uid-2-new")},
+			wantPrepared:   []types.UID{"uid-1"},
+			wantUnprepared: []types.UID{"uid-2", "uid-3"},
+		},
+		{
+			name: "orphan spec from a crashed prepare is removed",
+			damage: func(t *testing.T, h *harness) {
+				if err := h.cdi.Write(cdi.Claim{UID: "uid-crashed", Namespace: "ns", Name: "x", Devices: []cdi.Device{{Request: "gpu", Pool: testNode, Name: "gpu-4", Index: 4}}}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			inAPI:        []*resourceapi.ResourceClaim{c1, c2, c3},
+			wantPrepared: []types.UID{"uid-1", "uid-2", "uid-3"},
+		},
+		{
+			name: "missing spec of a checkpointed claim is restored",
+			damage: func(t *testing.T, h *harness) {
+				if err := os.Remove(h.cdi.SpecPath("uid-2")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			inAPI:        []*resourceapi.ResourceClaim{c1, c2, c3},
+			wantPrepared: []types.UID{"uid-1", "uid-2", "uid-3"},
+		},
+		{
+			name: "corrupt checkpoint is moved aside and rebuilt from the specs",
+			damage: func(t *testing.T, h *harness) {
+				if err := os.WriteFile(h.store.Path(), []byte(`{"version":"gpu.example.com/checkpoint/v1","checksum":"sha256:0","data":{}}`), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			inAPI:          []*resourceapi.ResourceClaim{c1, c3},
+			wantCorrupt:    true,
+			wantPrepared:   []types.UID{"uid-1", "uid-3"},
+			wantUnprepared: []types.UID{"uid-2"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			_, ctx := ktesting.NewTestContext(t)
+			prepare(t, h, c1, c2, c3)
+			before, _ := h.driver.PreparedClaims()
+			if tc.damage != nil {
+				tc.damage(t, h)
+			}
+			client := fake.NewClientset()
+			for _, c := range tc.inAPI {
+				if _, err := client.ResourceV1().ResourceClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := h.driver.Reconcile(ctx, client.ResourceV1())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (res.Corrupt != nil) != tc.wantCorrupt {
+				t.Errorf("corrupt = %v, want %v", res.Corrupt, tc.wantCorrupt)
+			}
+			if tc.wantCorrupt {
+				moved, _ := filepath.Glob(h.store.Path() + ".corrupt-*")
+				if len(moved) != 1 {
+					t.Errorf("corrupt checkpoint not moved aside: %v", moved)
+				}
+			}
+			slices.Sort(res.Unprepared)
+			if !slices.Equal(res.Unprepared, tc.wantUnprepared) {
+				t.Errorf("unprepared %v, want %v", res.Unprepared, tc.wantUnprepared)
+			}
+			after, err := h.driver.PreparedClaims()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := uids(after); !slices.Equal(got, tc.wantPrepared) {
+				t.Errorf("checkpoint holds %v, want %v", got, tc.wantPrepared)
+			}
+			specs, _ := h.cdi.List()
+			if !slices.Equal(specs, tc.wantPrepared) {
+				t.Errorf("CDI specs %v, want exactly the checkpoint %v", specs, tc.wantPrepared)
+			}
+			for _, uid := range tc.wantPrepared {
+				if got, want := after[uid], before[uid]; got.Name != want.Name || len(got.Devices) != len(want.Devices) || got.Devices[0] != want.Devices[0] {
+					t.Errorf("entry %s = %+v, want %+v", uid, got, want)
+				}
+			}
+		})
+	}
+}
+
+// A lookup error other than NotFound must not unprepare: the claim may well still be in use.
+func TestReconcileKeepsClaimsOnAPIErrors(t *testing.T) {
+	h := newHarness(t)
+	_, ctx := ktesting.NewTestContext(t)
+	prepare(t, h, claim("uid-1", "c1", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-1")}))
+	client := fake.NewClientset()
+	client.PrependReactor("get", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	res, err := h.driver.Reconcile(ctx, client.ResourceV1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Prepared != 1 || len(res.Unprepared) != 0 {
+		t.Errorf("result %+v, want the claim kept", res)
+	}
+}
+
+func TestServedResourceVersion(t *testing.T) {
+	tests := []struct {
+		served  []string
+		want    string
+		wantErr string
+	}{
+		{served: []string{"v1", "v1beta2", "v1beta1"}, want: "v1"},
+		{served: []string{"v1beta1"}, want: "v1beta1"},
+		{served: []string{"v1beta2", "v1beta1"}, want: "v1beta2"},
+		{served: nil, wantErr: "enable Dynamic Resource Allocation"},
+		{served: []string{"v1alpha3"}, wantErr: "serves none of resource.k8s.io"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.served, ","), func(t *testing.T) {
+			client := fake.NewClientset()
+			disc := client.Discovery().(*fakediscovery.FakeDiscovery)
+			for _, v := range tc.served {
+				disc.Resources = append(disc.Resources, &metav1.APIResourceList{GroupVersion: "resource.k8s.io/" + v,
+					APIResources: []metav1.APIResource{{Name: "resourceslices"}}})
+			}
+			got, err := ServedResourceVersion(disc)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("= %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+type emptyDRA struct {
+	drapbv1.UnimplementedDRAPluginServer
+}
+
+func (emptyDRA) NodePrepareResources(context.Context, *drapbv1.NodePrepareResourcesRequest) (*drapbv1.NodePrepareResourcesResponse, error) {
+	return &drapbv1.NodePrepareResourcesResponse{}, nil
+}
+
+func serveDRA(t *testing.T, path string) func() {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	drapbv1.RegisterDRAPluginServer(srv, emptyDRA{})
+	go func() { _ = srv.Serve(ln) }()
+	return srv.Stop
+}
+
+func TestSuccessorRunning(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	own := DRASocketName("old-pod")
+	stopOwn := serveDRA(t, filepath.Join(dir, own))
+	defer stopOwn()
+	if _, ok := SuccessorRunning(ctx, dir, own); ok {
+		t.Fatal("own socket counted as successor")
+	}
+	// A socket file left behind by a killed instance: nobody listens.
+	stale := filepath.Join(dir, DRASocketName("dead-pod"))
+	ln, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = ln.Close()
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("stale socket file should remain: %v", err)
+	}
+	if _, ok := SuccessorRunning(ctx, dir, own); ok {
+		t.Fatal("stale socket counted as successor")
+	}
+	stop := serveDRA(t, filepath.Join(dir, DRASocketName("new-pod")))
+	if sock, ok := SuccessorRunning(ctx, dir, own); !ok || filepath.Base(sock) != DRASocketName("new-pod") {
+		t.Fatalf("successor not detected: %q %v", sock, ok)
+	}
+	stop()
+}
