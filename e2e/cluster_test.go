@@ -90,6 +90,14 @@ func TestDRAWithUpstreamTestDriver(t *testing.T) {
 	if without := c.Kubectl(t, "-n", ns, "logs", "dra-pod", "-c", "without-claim"); strings.Contains(without, "user_a=b") {
 		t.Errorf("container without the claim sees the claim's env:\n%s", without)
 	}
+	// Unprepare must run while the driver still does: delete the pod before the driver stops.
+	defer func() {
+		c.Kubectl(t, "-n", ns, "delete", "pod", "dra-pod", "--wait=true")
+		framework.Eventually(t, time.Minute, "the test driver's CDI spec to be removed", func() (bool, error) {
+			files, _ := filepath.Glob("/var/run/cdi/test-driver.cdi.k8s.io-*")
+			return len(files) == 0, nil
+		})
+	}()
 	claims, err := c.Clientset.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 	if version != "v1" {
 		t.Logf("cluster serves resource.k8s.io %s: claim state checked through kubectl", version)

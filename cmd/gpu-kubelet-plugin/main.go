@@ -34,13 +34,18 @@ func main() {
 	flag.DurationVar(&o.InventoryPollInterval, "inventory-poll-interval", 10*time.Second, "How often --inventory-config is re-read; a change re-publishes the node's devices.")
 	qps := flag.Float64("kube-api-qps", 50, "Queries per second to the API server (each prepare reads its claims).")
 	flag.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	deleteAll := flag.Bool("delete-all-slices", false, "Delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook).")
 	flag.Parse()
 	o.KubeAPIQPS = float32(*qps)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
-	if err := app.Run(ctx, o); err != nil {
+	run := app.Run
+	if *deleteAll {
+		run = app.DeleteAllSlices
+	}
+	if err := run(ctx, o); err != nil {
 		klog.Background().Error(err, "gpu-kubelet-plugin failed")
 		klog.Flush()
 		os.Exit(1)

@@ -72,6 +72,35 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+func (o *Options) clientset() (kubernetes.Interface, error) {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %q (empty means in-cluster): %w", o.Kubeconfig, err)
+	}
+	restConfig.QPS, restConfig.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	restConfig.UserAgent = "gpu-kubelet-plugin/" + o.NodeName
+	clientset, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return clientset, nil
+}
+
+// DeleteAllSlices deletes every node's ResourceSlices of the driver and returns: the chart's
+// pre-delete hook, so an uninstall leaves none behind even for nodes whose plugin is already gone.
+func DeleteAllSlices(ctx context.Context, o Options) error {
+	clientset, err := o.clientset()
+	if err != nil {
+		return err
+	}
+	n, err := plugin.DeleteSlices(ctx, draclient.New(clientset), o.DriverName, "")
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Deleted ResourceSlices", "driver", o.DriverName, "count", n)
+	return nil
+}
+
 // DataDir is the plugin data directory: sockets, checkpoint, lock.
 func (o *Options) DataDir() string { return filepath.Join(o.PluginsDir, o.DriverName) }
 
@@ -97,15 +126,9 @@ func Run(ctx context.Context, o Options) error {
 	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
 
-	restConfig, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	clientset, err := o.clientset()
 	if err != nil {
-		return fmt.Errorf("kubeconfig %q (empty means in-cluster): %w", o.Kubeconfig, err)
-	}
-	restConfig.QPS, restConfig.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	restConfig.UserAgent = "gpu-kubelet-plugin/" + o.NodeName
-	clientset, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return err
 	}
 	version, err := plugin.ServedResourceVersion(clientset.Discovery())
 	if err != nil {

@@ -55,14 +55,16 @@ func SuccessorRunning(ctx context.Context, dataDir, ownSocket string) (string, b
 	return "", false
 }
 
-// DeleteSlices deletes this node's ResourceSlices of the driver. The helper's Stop leaves them in
-// place (a restarting plugin would republish the same), but a plugin that goes away for good must
-// not leave devices the scheduler would allocate and no kubelet could prepare.
+// DeleteSlices deletes this node's ResourceSlices of the driver, or every node's when nodeName is
+// empty (the chart's pre-delete hook). The helper's Stop leaves them in place (a restarting plugin
+// would republish the same), but a plugin that goes away for good must not leave devices the
+// scheduler would allocate and no kubelet could prepare.
 func DeleteSlices(ctx context.Context, client SliceClient, driverName, nodeName string) (int, error) {
-	selector := fields.Set{
-		"spec.driver":   driverName,
-		"spec.nodeName": nodeName,
-	}.AsSelector().String()
+	set := fields.Set{"spec.driver": driverName}
+	if nodeName != "" {
+		set["spec.nodeName"] = nodeName
+	}
+	selector := set.AsSelector().String()
 	list, err := client.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: selector})
 	if err != nil {
 		return 0, fmt.Errorf("list ResourceSlices with %s: %w", selector, err)
