@@ -95,7 +95,7 @@ func (s *SecretStore) Ensure(ctx context.Context) (Bundle, error) {
 		logger.Info("Renewed serving certificate", "reason", check.Reason, "renewedCA", check.RenewCA)
 		return next, nil
 	}
-	return Bundle{}, fmt.Errorf("Secret %s/%s: still conflicting after %d attempts", s.Namespace, s.Name, maxAttempts)
+	return Bundle{}, fmt.Errorf("update of Secret %s/%s still conflicts after %d attempts", s.Namespace, s.Name, maxAttempts)
 }
 
 // CABundlePatcher writes the CA into every webhook of the named configurations. An empty name

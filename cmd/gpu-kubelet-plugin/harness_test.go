@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -482,4 +481,3 @@ func (p *plugin) get(path string, addr string) (int, string, error) {
 	return resp.StatusCode, string(body), nil
 }
 
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

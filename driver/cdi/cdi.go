@@ -151,7 +151,7 @@ func (w *Writer) Spec(claim Claim) *cdispec.Spec {
 		})
 	}
 	// The oldest spec version that can express this spec, so older runtimes accept the file.
-	if v, err := cdiapi.MinimumRequiredVersion(spec); err == nil {
+	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
 		spec.Version = v
 	} else {
 		spec.Version = cdispec.CurrentVersion

@@ -98,7 +98,6 @@ func (v *View) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
 
 // device is one published device with the inputs the CEL selectors see.
 type device struct {
-	node  string // "" for devices not bound to one node
 	input dracel.Device
 	taint string
 }

@@ -107,7 +107,7 @@ func (inv *Inventory) add(raw []byte) error {
 	case gvk == corev1.SchemeGroupVersion.WithKind("Node"):
 		n := &corev1.Node{}
 		if err := sigsyaml.UnmarshalStrict(raw, n); err != nil {
-			return fmt.Errorf("Node: %w", err)
+			return fmt.Errorf("decode Node: %w", err)
 		}
 		inv.Nodes = append(inv.Nodes, n)
 		return nil

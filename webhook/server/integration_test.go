@@ -128,7 +128,14 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 	}()
 	waitReady(t, "http://"+probe+"/readyz")
 
-	kubectl := srv.Env.ControlPlane.KubeCtl()
+	admin, err := srv.Env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := admin.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
 	kubectl.Path = filepath.Join(assets, "kubectl")
 	apply := func(t *testing.T, obj runtime.Object, dryRun bool) (string, error) {
 		t.Helper()
