@@ -480,4 +480,3 @@ func (p *plugin) get(path string, addr string) (int, string, error) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), nil
 }
-
