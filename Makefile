@@ -37,10 +37,7 @@ deps: ## install Debian packages and Go tools that tests and the demo need
 	@hack/install-deps.sh
 
 envtest-assets: ## a real kube-apiserver + etcd + kubectl for integration tests
-	@e2e/cluster/build-k8s.sh $(K8S_VERSION)
-	@e2e/cluster/build-tools.sh etcd
-	@mkdir -p $(ENVTEST_ASSETS)
-	@ln -sf $(CACHE)/k8s/v$(K8S_VERSION)/bin/kube-apiserver $(CACHE)/k8s/v$(K8S_VERSION)/bin/kubectl $(TOOLS)/etcd $(ENVTEST_ASSETS)/
+	@e2e/cluster/envtest-assets.sh >/dev/null
 
 unit: ## unit tests (+ integration tests when `make envtest-assets` has run; they skip loudly otherwise)
 	@if [ -x $(ENVTEST_ASSETS)/kube-apiserver ]; then export KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS); fi; \

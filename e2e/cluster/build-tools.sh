@@ -11,7 +11,8 @@ mkdir -p "$bin"
 # gobuild NAME VERSION MODULE PKG [LDFLAGS] [TAGS]: go build PKG at MODULE@VERSION into $bin/NAME,
 # inside a throwaway build module of its own so its dependency versions are the module's own.
 gobuild() {
-  local name=$1 ver=$2 module=$3 pkg=$4 ldf=${5:-} tags=${6:-}
+  local name=$1 ver=$2 module=$3 pkg=$4 ldf=${5:-} tags=${6:-} bin=${OUT_DIR:-$bin}
+  mkdir -p "$bin"
   local stamp=$bin/.$name.version
   if [ -x "$bin/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$ver" ]; then return 0; fi
   local mod=$CACHE/tools-build/$name-$ver
@@ -26,7 +27,7 @@ gobuild() {
 }
 
 build_etcd() {
-  gobuild etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
+  OUT_DIR=$(etcd_bin_dir) gobuild etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 }
 build_containerd() {
   local ldf="-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"

@@ -3,7 +3,9 @@
 
 K8S_VERSION=${K8S_VERSION:-1.34.2}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.2.9}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+# hack/local-up-cluster.sh of 1.37 wants etcd 3.7; older releases are tested with 3.6.
+_k8s_minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+if [ "$_k8s_minor" -ge 37 ]; then ETCD_VERSION=${ETCD_VERSION:-v3.7.3}; else ETCD_VERSION=${ETCD_VERSION:-v3.6.16}; fi
 CFSSL_VERSION=${CFSSL_VERSION:-v1.6.5}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
 HELM_VERSION=${HELM_VERSION:-v4.3.2}
@@ -18,6 +20,7 @@ export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
 k8s_bin_dir() { echo "$CACHE/k8s/v$1/bin"; }
 tools_bin_dir() { echo "$CACHE/tools/bin"; }
+etcd_bin_dir() { echo "$CACHE/tools/etcd-$ETCD_VERSION"; }
 
 _T0=${_T0:-$(date +%s)}
 export _T0

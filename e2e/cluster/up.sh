@@ -26,7 +26,7 @@ mkdir -p /var/lib/kubelet/plugins /var/lib/kubelet/plugins_registry /etc/cdi /va
 echo "$K8S_VERSION" > "$STATE/run/version"
 echo "$MODE" > "$STATE/run/mode"
 
-export PATH=$kbin:$tbin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH=$kbin:$(etcd_bin_dir):$tbin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin
 if [ "$MODE" = full ]; then
   for p in /usr/sbin/runc /usr/lib/cni/bridge /usr/sbin/iptables /usr/sbin/conntrack /usr/bin/sudo; do
     [ -x "$p" ] || die "$p is missing: run 'make deps' (Debian packages runc containernetworking-plugins iptables conntrack sudo)"
