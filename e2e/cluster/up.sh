@@ -54,6 +54,9 @@ script=$gomodcache/k8s.io/kubernetes@v$K8S_VERSION/hack/local-up-cluster.sh
 [ -f "$script" ] || (cd "$CACHE/k8s-build/v$K8S_VERSION" && go mod download k8s.io/kubernetes@v$K8S_VERSION)
 start_mode=all
 [ "$MODE" = controlplane ] && start_mode=nokubelet,nokubeproxy
+kubelet_flags=${KUBELET_FLAGS:-}
+# Kubelets from 1.35 refuse cgroup v1 hosts unless told otherwise; CI machines of this kind are v1.
+if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then kubelet_flags="$kubelet_flags --fail-cgroupv1=false"; fi
 etcd_env=()
 if [ "${PRESERVE_ETCD:-0}" = 1 ]; then etcd_env=(PRESERVE_ETCD=true ETCD_DIR="$STATE/etcd"); fi
 # --default-signal: a background job otherwise ignores the SIGINT that makes the script clean up.
@@ -61,7 +64,7 @@ env --default-signal=INT PATH="$PATH" USER=root HOSTNAME_OVERRIDE="$NODE_NAME" \
   ENABLE_DAEMON=false START_MODE=$start_mode GO_OUT="$kbin" \
   CONTAINER_RUNTIME_ENDPOINT="unix://$CONTAINERD_SOCK" CGROUP_DRIVER=cgroupfs \
   KUBE_ENABLE_CLUSTER_DNS=false KUBE_DEFAULT_STORAGE_CLASS=false ALLOW_PRIVILEGED=true \
-  RUNTIME_CONFIG="${RUNTIME_CONFIG:-}" FEATURE_GATES="${FEATURE_GATES:-AllAlpha=false}" \
+  KUBELET_FLAGS="$kubelet_flags" RUNTIME_CONFIG="${RUNTIME_CONFIG:-}" FEATURE_GATES="${FEATURE_GATES:-AllAlpha=false}" \
   EVICTION_HARD="memory.available<100Mi,nodefs.available<1%,imagefs.available<1%,nodefs.inodesFree<1%" \
   LOG_DIR="$STATE/logs" CERT_DIR="$STATE/certs" TMP_DIR="$STATE/tmp" POD_MANIFEST_PATH="$STATE/static-pods" \
   "${etcd_env[@]}" \
