@@ -49,9 +49,8 @@ integration: envtest-assets ## unit + integration tests against a real kube-apis
 fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
 	@hack/fuzz.sh $(FUZZTIME)
 
-bench: envtest-assets ## benchmarks (numbers go into README.md)
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem -count 5 $(UNIT_PKGS) | tee _output/bench.txt
-	$(TOOLS)/benchstat _output/bench.txt
+bench: envtest-assets ## the README's benchmarks, COUNT=5 runs each, through benchstat
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat hack/bench.sh
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; exit 1; }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The benchmarks behind README's performance table, each COUNT times, summarized by benchstat.
+# Loopback only; each benchmark runs a fixed number of operations.
+set -euo pipefail
+count=${COUNT:-5}
+out=_output/bench.txt
+mkdir -p _output
+: > "$out"
+run() { go test -run '^$' -count "$count" "$@" | tee -a "$out" | grep -E '^Benchmark' || true; }
+run -bench 'BenchmarkValidate' -benchtime 3000x ./webhook/claimvalidation
+run -bench 'BenchmarkMutatePodLoopbackTLS' -benchtime 3000x ./webhook/podinject
+run -bench 'BenchmarkHandle' -benchmem ./webhook/podinject
+run -bench 'BenchmarkPrepareUnprepare' -benchtime 1000x ./cmd/gpu-kubelet-plugin
+run -bench 'BenchmarkDriverPrepareUnprepare' -benchtime 1000x ./driver/plugin
+"${BENCHSTAT:-benchstat}" "$out"
