@@ -108,52 +108,61 @@ type CABundlePatcher struct {
 
 // Patch sets caBundle on all webhooks of both configurations, updating only what differs.
 func (p *CABundlePatcher) Patch(ctx context.Context, caBundle []byte) error {
-	logger := klog.FromContext(ctx)
 	if p.Validating != "" {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cfg, err := p.Client.ValidatingWebhookConfigurations().Get(ctx, p.Validating, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			changed := false
-			for i := range cfg.Webhooks {
-				changed = setCABundle(&cfg.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			if !changed {
-				return nil
-			}
-			_, err = p.Client.ValidatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{})
-			if err == nil {
-				logger.Info("Patched caBundle", "validatingWebhookConfiguration", p.Validating)
-			}
-			return err
-		})
+		c := p.Client.ValidatingWebhookConfigurations()
+		err := patchWebhooks(ctx, "ValidatingWebhookConfiguration", p.Validating, caBundle, c.Get, c.Update,
+			func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				out := make([]*admissionregistrationv1.WebhookClientConfig, len(cfg.Webhooks))
+				for i := range cfg.Webhooks {
+					out[i] = &cfg.Webhooks[i].ClientConfig
+				}
+				return out
+			})
 		if err != nil {
-			return fmt.Errorf("ValidatingWebhookConfiguration %s: webhooks[].clientConfig.caBundle: %w", p.Validating, err)
+			return err
 		}
 	}
 	if p.Mutating != "" {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cfg, err := p.Client.MutatingWebhookConfigurations().Get(ctx, p.Mutating, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			changed := false
-			for i := range cfg.Webhooks {
-				changed = setCABundle(&cfg.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			if !changed {
-				return nil
-			}
-			_, err = p.Client.MutatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{})
-			if err == nil {
-				logger.Info("Patched caBundle", "mutatingWebhookConfiguration", p.Mutating)
-			}
-			return err
-		})
+		c := p.Client.MutatingWebhookConfigurations()
+		return patchWebhooks(ctx, "MutatingWebhookConfiguration", p.Mutating, caBundle, c.Get, c.Update,
+			func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				out := make([]*admissionregistrationv1.WebhookClientConfig, len(cfg.Webhooks))
+				for i := range cfg.Webhooks {
+					out[i] = &cfg.Webhooks[i].ClientConfig
+				}
+				return out
+			})
+	}
+	return nil
+}
+
+// patchWebhooks re-reads one webhook configuration, sets caBundle on every webhook in it and
+// updates it when anything changed, retrying on conflicts with other writers.
+func patchWebhooks[T any](ctx context.Context, kind, name string, caBundle []byte,
+	get func(context.Context, string, metav1.GetOptions) (*T, error),
+	update func(context.Context, *T, metav1.UpdateOptions) (*T, error),
+	clientConfigs func(*T) []*admissionregistrationv1.WebhookClientConfig,
+) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cfg, err := get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("MutatingWebhookConfiguration %s: webhooks[].clientConfig.caBundle: %w", p.Mutating, err)
+			return err
 		}
+		changed := false
+		for _, cc := range clientConfigs(cfg) {
+			changed = setCABundle(cc, caBundle) || changed
+		}
+		if !changed {
+			return nil
+		}
+		if _, err := update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("Patched caBundle", "kind", kind, "name", name)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s %s: webhooks[].clientConfig.caBundle: %w", kind, name, err)
 	}
 	return nil
 }

@@ -10,10 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	drav1beta1 "k8s.io/dynamic-resource-allocation/api/v1beta1"
-	drav1beta2 "k8s.io/dynamic-resource-allocation/api/v1beta2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
 )
 
 // Group is the API group whose objects are converted.
@@ -31,22 +30,13 @@ const (
 )
 
 var (
-	scheme = runtime.NewScheme()
+	// The webhook's scheme: the API types plus the conversions k8s.io/dynamic-resource-allocation
+	// maintains (e.g. request fields moving under `exactly`), so both convert alike.
+	scheme = upgrade.Scheme()
 	// strict rejects unknown and duplicate fields, as `kubectl apply` does with server-side
 	// field validation: an upgrade must not silently drop a misspelt field.
-	strict runtime.Decoder
-)
-
-func init() {
-	// The same registrations as webhook/upgrade: the API types plus the conversions that
-	// k8s.io/dynamic-resource-allocation maintains (e.g. request fields moving under `exactly`).
-	// They are repeated here because upgrade's scheme is private and only decodes claims and
-	// templates, while this package also converts DeviceClasses and ResourceSlices.
-	utilruntime.Must(resourceapi.AddToScheme(scheme))
-	utilruntime.Must(drav1beta1.AddToScheme(scheme))
-	utilruntime.Must(drav1beta2.AddToScheme(scheme))
 	strict = serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
-}
+)
 
 // ValidVersion reports whether v is a resource.k8s.io version this package converts to.
 func ValidVersion(v string) bool {

@@ -44,6 +44,10 @@ func init() {
 	codecs = serializer.NewCodecFactory(scheme)
 }
 
+// Scheme knows every resource.k8s.io version and the conversions between them; the manifest
+// rewriter converts DeviceClasses and ResourceSlices with it too. Callers must not add to it.
+func Scheme() *runtime.Scheme { return scheme }
+
 // Object is a claim or a template after conversion to v1, with the version it arrived in.
 type Object struct {
 	// Arrived is the group/version/kind the object was written in.
