@@ -41,14 +41,16 @@ else
     --set image.repository="${PROJECT_IMAGE%:*}" --set image.tag="${PROJECT_IMAGE##*:}" --set image.pullPolicy=Never >/dev/null
   note "chart installed: $(kubectl -n gpu-dra get pods --no-headers | awk '{print $1" "$3}' | tr '\n' ';' )"
 
+  tmpl=$SEED/resourceclaimtemplate.v1.yaml
+  [ "$version" = v1 ] || tmpl=$SEED/resourceclaimtemplate.v1beta1.yaml
+  # Ready pods are not yet a serving webhook: Service rules and the caBundle follow within seconds.
+  wait_for 60 "the webhook to answer the API server" kubectl -n "$NS" apply --dry-run=server -f "$tmpl"
   step "waiting for the node's ResourceSlice"
   wait_for 120 "ResourceSlice of gpu.example.com" sh -c "kubectl get resourceslices --field-selector spec.driver=gpu.example.com -o name | grep -q ."
   add "GPUs on node $node (from its ResourceSlice):"
   while read -r line; do add "  $line"; done < <(kubectl get resourceslices --field-selector spec.driver=gpu.example.com -o go-template='{{range .items}}{{range .spec.devices}}{{.name}}{{"\t"}}{{with .basic}}{{.attributes.model.string}}{{else}}{{.attributes.model.string}}{{end}}{{"\t"}}{{with .basic}}{{.capacity.memory.value}}{{else}}{{.capacity.memory.value}}{{end}}{{"\t"}}{{with .basic}}{{.attributes.uuid.string}}{{else}}{{.attributes.uuid.string}}{{end}}{{"\n"}}{{end}}{{end}}' | column -t)
 
   step "the seed's ResourceClaimTemplate ($version form) and Pod"
-  tmpl=$SEED/resourceclaimtemplate.v1.yaml
-  [ "$version" = v1 ] || tmpl=$SEED/resourceclaimtemplate.v1beta1.yaml
   kubectl -n "$NS" delete pod example-claim --ignore-not-found --wait >/dev/null
   kubectl -n "$NS" apply -f "$tmpl" >/dev/null
   kubectl -n "$NS" apply -f $SEED/pod.yaml >/dev/null

@@ -59,6 +59,12 @@ func TestSeedStory(t *testing.T) {
 			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never")
 		installed = true
 		c.Kubectl(t, "get", "deviceclass", driver)
+		// Ready pods are not yet a serving webhook: the Service's proxy rules and, in self mode,
+		// the caBundle follow within seconds. Wait until the API server gets an answer through both.
+		framework.Eventually(t, time.Minute, "the webhook to answer the API server", func() (bool, error) {
+			_, err := c.KubectlErr("apply", "--dry-run=server", "-f", filepath.Join("testdata", "seed", seedTemplate(version)))
+			return err == nil, err
+		})
 	})
 	if !installed {
 		t.FailNow()
@@ -88,11 +94,7 @@ func TestSeedStory(t *testing.T) {
 
 	t.Run("seed template and pod", func(t *testing.T) {
 		ns := c.Namespace(t, "seed")
-		tmpl := "resourceclaimtemplate.v1.yaml"
-		if version == "v1beta1" {
-			tmpl = "resourceclaimtemplate.v1beta1.yaml"
-		}
-		c.Kubectl(t, "-n", ns, "apply", "-f", filepath.Join("testdata", "seed", tmpl))
+		c.Kubectl(t, "-n", ns, "apply", "-f", filepath.Join("testdata", "seed", seedTemplate(version)))
 		c.Kubectl(t, "-n", ns, "apply", "-f", filepath.Join("testdata", "seed", "pod.yaml"))
 		c.WaitForPodPhase(t, ns, "example-claim", 2*time.Minute, corev1.PodRunning)
 		claims := c.Kubectl(t, "-n", ns, "get", "resourceclaims", "--no-headers")
@@ -151,15 +153,48 @@ spec:
 		}
 		c.Kubectl(t, "-n", ns, "delete", "pod", "two-gpus", "--wait=true")
 		waitClaimsGone(t, c, ns)
+
+		// A Deployment's pod template carries the annotation; the pods its ReplicaSet creates get
+		// the claim (the template itself is not mutated).
+		deploy := `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: gpu-app
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: gpu-app}
+  template:
+    metadata:
+      labels: {app: gpu-app}
+      annotations:
+        gpu.example.com/count: "1"
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: app
+        image: docker.io/library/busybox:1.35
+        imagePullPolicy: Never
+        command: ["sh", "-c", "sleep 600"]
+`
+		if out, err := c.KubectlStdin([]byte(deploy), "-n", ns, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply annotated Deployment: %v\n%s", err, out)
+		}
+		c.Kubectl(t, "-n", ns, "rollout", "status", "deployment/gpu-app", "--timeout=2m")
+		appPod := strings.TrimSpace(c.Kubectl(t, "-n", ns, "get", "pods", "-l", "app=gpu-app", "-o", "jsonpath={.items[0].metadata.name}"))
+		denv := c.Kubectl(t, "-n", ns, "exec", appPod, "--", "sh", "-c", "env | grep -cE '^GPU_DEVICE_[0-9]+='")
+		if strings.TrimSpace(denv) != "1" {
+			t.Errorf("Deployment pod %s sees %q GPU_DEVICE_<i> variables, want 1", appPod, denv)
+		}
+		if tmpl := c.Kubectl(t, "-n", ns, "get", "deployment", "gpu-app", "-o", "jsonpath={.spec.template.spec.resourceClaims}"); tmpl != "" {
+			t.Errorf("the Deployment's pod template was mutated: %s", tmpl)
+		}
+		c.Kubectl(t, "-n", ns, "delete", "deployment", "gpu-app", "--wait=true")
 	})
 
 	t.Run("bad template is rejected with the field and the fix", func(t *testing.T) {
 		ns := c.Namespace(t, "bad")
-		tmpl := "resourceclaimtemplate.v1.yaml"
-		if version == "v1beta1" {
-			tmpl = "resourceclaimtemplate.v1beta1.yaml"
-		}
-		data, err := os.ReadFile(filepath.Join("testdata", "seed", tmpl))
+		data, err := os.ReadFile(filepath.Join("testdata", "seed", seedTemplate(version)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,6 +237,14 @@ spec:
 			}
 		}
 	})
+}
+
+// seedTemplate is the seed's template in the form the cluster serves: v1beta1 on 1.32, else v1.
+func seedTemplate(version string) string {
+	if version == "v1beta1" {
+		return "resourceclaimtemplate.v1beta1.yaml"
+	}
+	return "resourceclaimtemplate.v1.yaml"
 }
 
 func helm(t *testing.T, args ...string) string {
