@@ -17,6 +17,12 @@ if cluster_running; then
   exit 0
 fi
 
+if [ -d "$STATE/run" ]; then
+  # An earlier cluster was killed rather than stopped: clear its pods, mounts and rules first.
+  step "cleaning up after an earlier cluster that did not stop cleanly"
+  "$HERE/down.sh"
+fi
+
 kbin=$(k8s_bin_dir "$K8S_VERSION")
 tbin=$(tools_bin_dir)
 "$HERE/build-k8s.sh" "$K8S_VERSION"
