@@ -4,7 +4,15 @@
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 
-[ -d "$STATE/run" ] || { step "no local cluster state in $STATE; nothing to stop"; exit 0; }
+# etcd is started by name from PATH: find it by its port and its executable, not its command line.
+sweep_etcd() {
+  local p
+  for p in $(ss -ltnpH 'sport = :2379' 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+    case "$(readlink -f "/proc/$p/exe")" in "$CACHE"/tools/*) kill -KILL "$p" ;; esac
+  done
+}
+
+[ -d "$STATE/run" ] || { sweep_etcd; step "no local cluster state in $STATE; nothing to stop"; exit 0; }
 step "stopping the local cluster"
 tbin=$(tools_bin_dir)
 version=$(cat "$STATE/run/version" 2>/dev/null || echo "$K8S_VERSION")
@@ -19,6 +27,7 @@ sleep 1
 for b in kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd; do
   pkill -KILL -f "^($kbin|$tbin)/$b( |$)" 2>/dev/null
 done
+sweep_etcd
 for p in "$STATE"/run/extra-*.pid; do [ -f "$p" ] && stop_pid "$p" TERM 10; done
 
 if [ -S "$CONTAINERD_SOCK" ]; then

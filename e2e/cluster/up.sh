@@ -17,11 +17,9 @@ if cluster_running; then
   exit 0
 fi
 
-if [ -d "$STATE/run" ]; then
-  # An earlier cluster was killed rather than stopped: clear its pods, mounts and rules first.
-  step "cleaning up after an earlier cluster that did not stop cleanly"
-  "$HERE/down.sh"
-fi
+# An earlier cluster may have been killed rather than stopped: clear its processes, pods, mounts
+# and rules first (a no-op when there is nothing).
+"$HERE/down.sh" >/dev/null
 
 kbin=$(k8s_bin_dir "$K8S_VERSION")
 tbin=$(tools_bin_dir)
