@@ -26,6 +26,8 @@ local_suite() {
 }
 
 mkdir -p "$REPO/_output"
+# The suite installs the chart with the helm CLI.
+"$HERE/build-tools.sh" helm
 if [ "${1:-}" = matrix ]; then
   for v in 1.32.13 1.34.2 1.37.2; do
     unset RUNTIME_CONFIG FEATURE_GATES
@@ -37,7 +39,7 @@ if [ "${1:-}" = matrix ]; then
   done
 elif [ -n "${KUBECONFIG:-}" ]; then
   step "running the e2e suite on the cluster of KUBECONFIG=$KUBECONFIG"
-  export PATH=$(k8s_bin_dir "$K8S_VERSION"):$PATH
+  export PATH=$(k8s_bin_dir "$K8S_VERSION"):$(tools_bin_dir):$PATH
   run_suite
 else
   local_suite
