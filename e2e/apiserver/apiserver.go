@@ -6,11 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // AssetsEnv names the directory holding kube-apiserver, etcd and kubectl (`make envtest-assets`).
@@ -70,9 +73,14 @@ func AssetsDir(t testing.TB) string {
 	return dir
 }
 
+var setLogger sync.Once
+
 // Start runs etcd and kube-apiserver for the test and stops them in t.Cleanup.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	// envtest (and managers under test) log through controller-runtime; without a logger it prints
+	// a warning with a stack trace.
+	setLogger.Do(func() { ctrllog.SetLogger(klog.Background()) })
 	o := options{runtimeConfig: AllVersions}
 	for _, opt := range opts {
 		opt(&o)
