@@ -2,6 +2,14 @@
 // its rolling-update successor) answers prepare and unprepare exactly as before. The file is
 // replaced atomically and carries a checksum: a crash leaves either the old or the new file, and a
 // damaged file is detected, reported and moved aside instead of being trusted or overwritten.
+//
+// Prepared state lives as long as the kernel boot: CDI specs sit on tmpfs, devices are reset and no
+// container survives a reboot, and the kubelet prepares every claim again after it restarts (claims
+// restored from its own checkpoint start unprepared: pkg/kubelet/cm/dra/claiminfo.go). So the
+// checkpoint records the boot it was written in and is not fsynced: a process crash keeps the page
+// cache, and the only writes that can be lost (kernel crash, power loss) belong to a boot whose
+// entries are discarded anyway. That keeps the disk's fsync latency, which dominated prepare, out
+// of the kubelet's critical path. Without a boot ID (not Linux) every save is fsynced.
 package checkpoint
 
 import (
@@ -14,6 +22,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,8 +38,14 @@ const version = "gpu.example.com/checkpoint/v1"
 
 // Data is the content of a checkpoint: the prepared claims by UID.
 type Data struct {
+	// BootID is the kernel boot the claims were prepared in (empty in checkpoints written before
+	// it was recorded, or where the kernel has none).
+	BootID string                  `json:"bootID,omitempty"`
 	Claims map[types.UID]cdi.Claim `json:"claims"`
 }
+
+// bootIDPath holds a random ID the Linux kernel generates on every boot.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 type file struct {
 	Version  string          `json:"version"`
@@ -59,15 +74,23 @@ func (e *CorruptError) Unwrap() error { return e.Reason }
 // helper serializes prepare and unprepare (across instances, with a file lock, during rolling
 // updates), and each call loads the file fresh, so two instances never work on stale state.
 type Store struct {
-	path string
-	now  func() time.Time
+	path   string
+	now    func() time.Time
+	bootID string
 
 	// cached is the content last read or written, valid while the file is the same inode with the
 	// same size and mtime. Every Save renames a new inode into place, so a write by another plugin
 	// instance (rolling update) always misses the cache. Decoding dominated the cost of a prepare.
-	cached    map[types.UID]cdi.Claim
+	cached    *Data
 	cachedKey fileKey
 }
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithBootID overrides the boot ID read from the kernel (tests simulate reboots with it; an empty
+// ID makes every save durable).
+func WithBootID(id string) Option { return func(s *Store) { s.bootID = id } }
 
 type fileKey struct {
 	ino   uint64
@@ -84,8 +107,24 @@ func keyOf(info os.FileInfo) fileKey {
 }
 
 // NewStore returns the store of the checkpoint in dir.
-func NewStore(dir string) *Store {
-	return &Store{path: filepath.Join(dir, FileName), now: time.Now}
+func NewStore(dir string, opts ...Option) *Store {
+	s := &Store{path: filepath.Join(dir, FileName), now: time.Now}
+	if id, err := os.ReadFile(bootIDPath); err == nil {
+		s.bootID = strings.TrimSpace(string(id))
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// BootID is the boot this store records in every save.
+func (s *Store) BootID() string { return s.bootID }
+
+// FromEarlierBoot says whether data was written before the node last rebooted, so none of its
+// claims is prepared any more.
+func (s *Store) FromEarlierBoot(data *Data) bool {
+	return data.BootID != "" && s.bootID != "" && data.BootID != s.bootID
 }
 
 // Path is the checkpoint file.
@@ -95,7 +134,7 @@ func (s *Store) Path() string { return s.path }
 // an unknown version or a wrong checksum is renamed to <path>.corrupt-<timestamp> and reported as a
 // *CorruptError together with an empty checkpoint, so the caller can rebuild state from elsewhere.
 func (s *Store) Load() (*Data, error) {
-	empty := &Data{Claims: map[types.UID]cdi.Claim{}}
+	empty := &Data{BootID: s.bootID, Claims: map[types.UID]cdi.Claim{}}
 	f, err := os.Open(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		s.cached = nil
@@ -111,7 +150,7 @@ func (s *Store) Load() (*Data, error) {
 	}
 	if s.cached != nil && keyOf(info) == s.cachedKey {
 		// Callers add and delete entries; they get their own map.
-		return &Data{Claims: maps.Clone(s.cached)}, nil
+		return &Data{BootID: s.cached.BootID, Claims: maps.Clone(s.cached.Claims)}, nil
 	}
 	raw, err := io.ReadAll(f)
 	if err != nil {
@@ -119,7 +158,7 @@ func (s *Store) Load() (*Data, error) {
 	}
 	data, reason := decode(raw)
 	if reason == nil {
-		s.cached, s.cachedKey = maps.Clone(data.Claims), keyOf(info)
+		s.cached, s.cachedKey = &Data{BootID: data.BootID, Claims: maps.Clone(data.Claims)}, keyOf(info)
 		return data, nil
 	}
 	s.cached = nil
@@ -169,9 +208,10 @@ func checksum(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// Save replaces the checkpoint atomically: write a temp file in the same directory, fsync it,
-// rename it over the checkpoint, fsync the directory so the rename itself survives a power loss.
+// Save replaces the checkpoint atomically (a temp file in the same directory renamed over it) and
+// stamps it with the current boot. It fsyncs only when there is no boot ID (see the package doc).
 func (s *Store) Save(data *Data) error {
+	data.BootID = s.bootID
 	payload, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
@@ -183,15 +223,15 @@ func (s *Store) Save(data *Data) error {
 	raw = append(raw, payload...)
 	raw = append(raw, '}')
 	s.cached = nil
-	info, err := writeAtomically(s.path, raw)
+	info, err := writeAtomically(s.path, raw, s.bootID == "")
 	if err != nil {
 		return err
 	}
-	s.cached, s.cachedKey = maps.Clone(data.Claims), keyOf(info)
+	s.cached, s.cachedKey = &Data{BootID: data.BootID, Claims: maps.Clone(data.Claims)}, keyOf(info)
 	return nil
 }
 
-func writeAtomically(path string, data []byte) (info os.FileInfo, retErr error) {
+func writeAtomically(path string, data []byte, durable bool) (info os.FileInfo, retErr error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
@@ -206,8 +246,10 @@ func writeAtomically(path string, data []byte) (info os.FileInfo, retErr error) 
 	if _, err := tmp.Write(data); err != nil {
 		return nil, fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return nil, fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			return nil, fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+		}
 	}
 	info, err = tmp.Stat()
 	if err != nil {
@@ -219,8 +261,10 @@ func writeAtomically(path string, data []byte) (info os.FileInfo, retErr error) 
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return nil, fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
 	}
-	if err := syncDir(dir); err != nil {
-		return nil, fmt.Errorf("fsync directory %s: %w", dir, err)
+	if durable {
+		if err := syncDir(dir); err != nil {
+			return nil, fmt.Errorf("fsync directory %s: %w", dir, err)
+		}
 	}
 	return info, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,8 +18,13 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 )
 
+const testBoot = "boot-1"
+
+// newStore pins the boot ID so that the content of a checkpoint does not depend on the machine.
+func newStore(dir string) *Store { return NewStore(dir, WithBootID(testBoot)) }
+
 func sample() *Data {
-	return &Data{Claims: map[types.UID]cdi.Claim{
+	return &Data{BootID: testBoot, Claims: map[types.UID]cdi.Claim{
 		"uid-1": {UID: "uid-1", Namespace: "ns", Name: "c1", Devices: []cdi.Device{
 			{Request: "gpu", Pool: "node-a", Name: "gpu-1", Index: 1, Sharing: cdi.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"}},
 		}},
@@ -26,7 +32,7 @@ func sample() *Data {
 }
 
 func TestRoundTrip(t *testing.T) {
-	s := NewStore(t.TempDir())
+	s := newStore(t.TempDir())
 	empty, err := s.Load()
 	if err != nil || len(empty.Claims) != 0 {
 		t.Fatalf("Load of missing checkpoint = %v, %v; want empty", empty, err)
@@ -48,7 +54,7 @@ func TestRoundTrip(t *testing.T) {
 // content in full), and no temp file is left behind.
 func TestSaveReplacesAtomically(t *testing.T) {
 	dir := t.TempDir()
-	s := NewStore(dir)
+	s := newStore(dir)
 	if err := s.Save(sample()); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +96,7 @@ func TestSaveReplacesAtomically(t *testing.T) {
 // checkpoint: Load must return the previous content, and the temp file is garbage.
 func TestCrashBeforeRename(t *testing.T) {
 	dir := t.TempDir()
-	s := NewStore(dir)
+	s := newStore(dir)
 	if err := s.Save(sample()); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +119,7 @@ func TestCrashBeforeRename(t *testing.T) {
 func TestCorrupt(t *testing.T) {
 	valid := func() []byte {
 		dir := t.TempDir()
-		s := NewStore(dir)
+		s := newStore(dir)
 		if err := s.Save(sample()); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +148,7 @@ func TestCorrupt(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := NewStore(dir)
+			s := newStore(dir)
 			s.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC) }
 			if err := os.WriteFile(s.Path(), tc.content, 0o600); err != nil {
 				t.Fatal(err)
@@ -184,7 +190,7 @@ func TestCorrupt(t *testing.T) {
 func FuzzLoad(f *testing.F) {
 	f.Add([]byte(`{"version":"gpu.example.com/checkpoint/v1","checksum":"x","data":{}}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		s := NewStore(t.TempDir())
+		s := newStore(t.TempDir())
 		if err := os.WriteFile(s.Path(), raw, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +215,7 @@ func FuzzLoad(f *testing.F) {
 // other's saves although it caches what it read.
 func TestCacheSeesOtherWriters(t *testing.T) {
 	dir := t.TempDir()
-	a, b := NewStore(dir), NewStore(dir)
+	a, b := newStore(dir), newStore(dir)
 	if err := a.Save(sample()); err != nil {
 		t.Fatal(err)
 	}
@@ -237,5 +243,59 @@ func TestCacheSeesOtherWriters(t *testing.T) {
 	var corrupt *CorruptError
 	if _, err := a.Load(); !errors.As(err, &corrupt) {
 		t.Errorf("Load after in-place damage = %v, want CorruptError", err)
+	}
+}
+
+// The boot ID decides whether the recorded claims are still prepared; see the package doc for why
+// that makes fsync unnecessary.
+func TestFromEarlierBoot(t *testing.T) {
+	tests := []struct {
+		name             string
+		writer, reader   string
+		legacy           bool // written before boot IDs were recorded
+		wantEarlier      bool
+		wantRecordedBoot string
+	}{
+		{name: "same boot", writer: "boot-1", reader: "boot-1", wantRecordedBoot: "boot-1"},
+		{name: "rebooted", writer: "boot-1", reader: "boot-2", wantEarlier: true, wantRecordedBoot: "boot-1"},
+		{name: "legacy checkpoint is trusted", legacy: true, reader: "boot-2"},
+		{name: "reader without boot ID", writer: "boot-1", reader: "", wantRecordedBoot: "boot-1"},
+		{name: "writer without boot ID", writer: "", reader: "boot-2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.legacy {
+				payload := `{"claims":{}}`
+				raw := fmt.Sprintf(`{"version":%q,"checksum":%q,"data":%s}`, version, checksum([]byte(payload)), payload)
+				if err := os.WriteFile(filepath.Join(dir, FileName), []byte(raw), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := NewStore(dir, WithBootID(tc.writer)).Save(sample()); err != nil {
+				t.Fatal(err)
+			}
+			r := NewStore(dir, WithBootID(tc.reader))
+			data, err := r.Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if data.BootID != tc.wantRecordedBoot {
+				t.Errorf("recorded boot = %q, want %q", data.BootID, tc.wantRecordedBoot)
+			}
+			if got := r.FromEarlierBoot(data); got != tc.wantEarlier {
+				t.Errorf("FromEarlierBoot = %v, want %v", got, tc.wantEarlier)
+			}
+		})
+	}
+}
+
+func TestNewStoreReadsKernelBootID(t *testing.T) {
+	raw, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		t.Skipf("no kernel boot ID on this system (%v); saves are fsynced instead", err)
+	}
+	s := NewStore(t.TempDir())
+	if want := strings.TrimSpace(string(raw)); s.BootID() != want || want == "" {
+		t.Errorf("BootID = %q, want %q", s.BootID(), want)
 	}
 }

@@ -41,6 +41,9 @@ type ReconcileResult struct {
 	RemovedOrphans []types.UID
 	// Unprepared are entries whose claim is gone from the API server or was replaced.
 	Unprepared []types.UID
+	// Rebooted are entries from before the node's last reboot; nothing of them is prepared any
+	// more, and the kubelet prepares again what its pods still need.
+	Rebooted []types.UID
 	// Prepared is the number of entries afterwards.
 	Prepared int
 }
@@ -49,6 +52,7 @@ type ReconcileResult struct {
 // drops claims that no longer exist. Rules:
 //   - a corrupt checkpoint is moved aside and reported; the CDI specs, which carry their claim in
 //     annotations, become the record of what is prepared;
+//   - entries from an earlier boot are dropped (their specs become orphans and are removed);
 //   - an entry without its spec gets the spec rewritten (the entry is the commit point of prepare);
 //   - a spec without an entry is removed (its prepare never committed; the kubelet retries);
 //   - an entry whose claim is not found, or has another UID now, is unprepared.
@@ -78,6 +82,16 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 		d.metrics.Error("checkpoint")
 		return nil, err
 	}
+	changed := false
+	if d.store.FromEarlierBoot(data) {
+		for uid := range data.Claims {
+			res.Rebooted = append(res.Rebooted, uid)
+		}
+		logger.Info("Node rebooted since the checkpoint was written; its claims are no longer prepared",
+			"checkpointBoot", data.BootID, "currentBoot", d.store.BootID(), "claims", len(res.Rebooted))
+		clear(data.Claims)
+		changed = true
+	}
 	specs, err := d.cdi.List()
 	if err != nil {
 		return nil, err
@@ -86,7 +100,6 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 	for _, uid := range specs {
 		haveSpec[uid] = true
 	}
-	changed := false
 	if res.Corrupt != nil {
 		for _, uid := range specs {
 			c, err := d.cdi.Read(uid)
@@ -145,7 +158,8 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 	res.Prepared = len(data.Claims)
 	d.metrics.SetPreparedClaims(res.Prepared)
 	logger.Info("Reconciled prepared claims", "prepared", res.Prepared, "recovered", len(res.Recovered),
-		"restoredSpecs", len(res.RestoredSpecs), "removedOrphans", len(res.RemovedOrphans), "unprepared", len(res.Unprepared))
+		"restoredSpecs", len(res.RestoredSpecs), "removedOrphans", len(res.RemovedOrphans), "unprepared", len(res.Unprepared),
+		"rebooted", len(res.Rebooted))
 	return res, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
+	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
 
 func prepare(t *testing.T, h *harness, claims ...*resourceapi.ResourceClaim) {
@@ -62,6 +63,7 @@ func TestReconcile(t *testing.T) {
 		wantPrepared   []types.UID
 		wantCorrupt    bool
 		wantUnprepared []types.UID
+		wantRebooted   []types.UID
 	}{
 		{
 			name:         "all claims exist: nothing changes",
@@ -106,6 +108,15 @@ func TestReconcile(t *testing.T) {
 			wantPrepared:   []types.UID{"uid-1", "uid-3"},
 			wantUnprepared: []types.UID{"uid-2"},
 		},
+		{
+			name: "after a reboot nothing is prepared any more, although the claims exist",
+			damage: func(t *testing.T, h *harness) {
+				h.driver.store = checkpoint.NewStore(h.dir, checkpoint.WithBootID("boot-after-reboot"))
+				h.store = h.driver.store
+			},
+			inAPI:        []*resourceapi.ResourceClaim{c1, c2, c3},
+			wantRebooted: []types.UID{"uid-1", "uid-2", "uid-3"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +149,10 @@ func TestReconcile(t *testing.T) {
 			slices.Sort(res.Unprepared)
 			if !slices.Equal(res.Unprepared, tc.wantUnprepared) {
 				t.Errorf("unprepared %v, want %v", res.Unprepared, tc.wantUnprepared)
+			}
+			slices.Sort(res.Rebooted)
+			if !slices.Equal(res.Rebooted, tc.wantRebooted) {
+				t.Errorf("dropped after reboot %v, want %v", res.Rebooted, tc.wantRebooted)
 			}
 			after, err := h.driver.PreparedClaims()
 			if err != nil {
