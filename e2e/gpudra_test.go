@@ -19,9 +19,9 @@ import (
 )
 
 const (
-	release   = "gpu-dra"
-	releaseNS = "gpu-dra"
-	driver    = "gpu.example.com"
+	release   = framework.Release
+	releaseNS = framework.ReleaseNS
+	driver    = framework.Driver
 	cdiDir    = "/var/run/cdi"
 )
 
@@ -32,11 +32,6 @@ const (
 func TestSeedStory(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
-	image := os.Getenv("PROJECT_IMAGE")
-	if image == "" {
-		image = "ghcr.io/gpu-dra/gpu-dra:dev"
-	}
-	repo, tag, _ := strings.Cut(image, ":")
 	chart := filepath.Join("..", "charts", "gpu-dra")
 
 	installed := false
@@ -50,21 +45,14 @@ func TestSeedStory(t *testing.T) {
 					t.Logf("logs of %s:\n%s", sel, logs)
 				}
 			}
-			helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
+			c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
 		}
 	})
 
 	t.Run("install", func(t *testing.T) {
-		helm(t, "upgrade", "--install", release, chart, "-n", releaseNS, "--create-namespace", "--wait", "--timeout", "5m",
-			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never")
-		installed = true
+		installed = true // the cleanup uninstalls whatever got installed
+		c.InstallChart(t, chart, filepath.Join("testdata", "seed", seedTemplate(version)))
 		c.Kubectl(t, "get", "deviceclass", driver)
-		// Ready pods are not yet a serving webhook: the Service's proxy rules and, in self mode,
-		// the caBundle follow within seconds. Wait until the API server gets an answer through both.
-		framework.Eventually(t, time.Minute, "the webhook to answer the API server", func() (bool, error) {
-			_, err := c.KubectlErr("apply", "--dry-run=server", "-f", filepath.Join("testdata", "seed", seedTemplate(version)))
-			return err == nil, err
-		})
 	})
 	if !installed {
 		t.FailNow()
@@ -101,9 +89,8 @@ func TestSeedStory(t *testing.T) {
 		if !strings.Contains(claims, "allocated,reserved") {
 			t.Errorf("claim of the running pod is not allocated,reserved:\n%s", claims)
 		}
-		env := c.Kubectl(t, "-n", ns, "exec", "example-claim", "--", "sh", "-c", "env | grep ^GPU_DEVICE | sort")
-		if !strings.Contains(env, "GPU_DEVICE_0=gpu-") {
-			t.Errorf("pod env lacks GPU_DEVICE_0:\n%s", env)
+		if env := c.GPUEnv(t, ns, "example-claim"); len(env) != 1 || !strings.HasPrefix(env[0], "GPU_DEVICE_0=gpu-") {
+			t.Errorf("pod env has %q, want GPU_DEVICE_0", env)
 		}
 		uid := claimUID(t, c, ns)
 		c.Kubectl(t, "-n", ns, "delete", "pod", "example-claim", "--wait=true")
@@ -138,7 +125,7 @@ spec:
 		c.WaitForPodPhase(t, ns, "two-gpus", 2*time.Minute, corev1.PodRunning)
 		// As with the seed's example driver, the variable is numbered by the device's index:
 		// GPU_DEVICE_<i>=gpu-<i>, two of them.
-		env := strings.Fields(c.Kubectl(t, "-n", ns, "exec", "two-gpus", "--", "sh", "-c", "env | grep -E '^GPU_DEVICE_[0-9]+=' | sort"))
+		env := c.GPUEnv(t, ns, "two-gpus")
 		if len(env) != 2 {
 			t.Errorf("want two GPU_DEVICE_<i> variables, got %q", env)
 		}
@@ -182,9 +169,8 @@ spec:
 		}
 		c.Kubectl(t, "-n", ns, "rollout", "status", "deployment/gpu-app", "--timeout=2m")
 		appPod := strings.TrimSpace(c.Kubectl(t, "-n", ns, "get", "pods", "-l", "app=gpu-app", "-o", "jsonpath={.items[0].metadata.name}"))
-		denv := c.Kubectl(t, "-n", ns, "exec", appPod, "--", "sh", "-c", "env | grep -cE '^GPU_DEVICE_[0-9]+='")
-		if strings.TrimSpace(denv) != "1" {
-			t.Errorf("Deployment pod %s sees %q GPU_DEVICE_<i> variables, want 1", appPod, denv)
+		if denv := c.GPUEnv(t, ns, appPod); len(denv) != 1 {
+			t.Errorf("Deployment pod %s sees %q, want one GPU_DEVICE_<i> variable", appPod, denv)
 		}
 		if tmpl := c.Kubectl(t, "-n", ns, "get", "deployment", "gpu-app", "-o", "jsonpath={.spec.template.spec.resourceClaims}"); tmpl != "" {
 			t.Errorf("the Deployment's pod template was mutated: %s", tmpl)
@@ -211,7 +197,7 @@ spec:
 	})
 
 	t.Run("uninstall leaves nothing behind", func(t *testing.T) {
-		helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
+		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
 		installed = false
 		framework.Eventually(t, time.Minute, "no ResourceSlice of "+driver, func() (bool, error) {
 			out, err := c.KubectlErr("get", "resourceslices", "--field-selector", "spec.driver="+driver, "-o", "name")
@@ -245,15 +231,6 @@ func seedTemplate(version string) string {
 		return "resourceclaimtemplate.v1beta1.yaml"
 	}
 	return "resourceclaimtemplate.v1.yaml"
-}
-
-func helm(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := framework.Run(t, 6*time.Minute, "helm", args...)
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
 }
 
 type sliceDevice struct {

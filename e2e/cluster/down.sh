@@ -12,21 +12,36 @@ sweep_etcd() {
   done
 }
 
-[ -d "$STATE/run" ] || { sweep_etcd; step "no local cluster state in $STATE; nothing to stop"; exit 0; }
+# sweep_k8s BINARY...: whatever local-up-cluster.sh's cleanup missed (it kills by PID, and components
+# may outlive it).
+sweep_k8s() {
+  local b
+  for b in "$@"; do pkill -TERM -f "^($kbin/|sudo -E $kbin/|sudo $kbin/)$b( |$)" 2>/dev/null; done
+  sleep 1
+  for b in "$@"; do pkill -KILL -f "^($kbin/|sudo -E $kbin/|sudo $kbin/)$b( |$)" 2>/dev/null; done
+}
+
+wipe() {
+  if [ "${WIPE:-0}" = 1 ]; then
+    note "wiping state ($STATE, /var/lib/kubelet)"
+    rm -rf "$STATE" /var/lib/kubelet
+  fi
+}
+
+if [ ! -d "$STATE/run" ]; then
+  sweep_etcd
+  step "no local cluster state in $STATE; nothing to stop"
+  wipe
+  exit 0
+fi
 step "stopping the local cluster"
 tbin=$(tools_bin_dir)
-version=$(cat "$STATE/run/version" 2>/dev/null || echo "$K8S_VERSION")
-kbin=$(k8s_bin_dir "$version")
+# After an in-place upgrade the parts may run different versions: match any cached release.
+kbin=$K8S_BIN_RE
 
-stop_pid "$STATE/run/local-up-cluster.pid" INT 60
-# Whatever the script's own cleanup missed (it kills by PID, components may outlive it).
-for b in kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver; do
-  pkill -TERM -f "^($kbin/|sudo -E $kbin/|sudo $kbin/)$b( |$)" 2>/dev/null
-done
-sleep 1
-for b in kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd; do
-  pkill -KILL -f "^($kbin|$tbin)/$b( |$)" 2>/dev/null
-done
+stop_pid "$(local_up_pidfile kubelet)" INT 60
+stop_pid "$(local_up_pidfile controlplane)" INT 60
+sweep_k8s kubelet kube-proxy kube-scheduler kube-controller-manager kube-apiserver
 sweep_etcd
 for p in "$STATE"/run/extra-*.pid; do [ -f "$p" ] && stop_pid "$p" TERM 10; done
 
@@ -42,7 +57,8 @@ for _ in 1 2 3; do
   grep -E " (/var/lib/kubelet|$RUN_DIR|$STATE)" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount 2>/dev/null
 done
 grep -E " (/var/lib/kubelet|$RUN_DIR|$STATE)" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null
-if [ -x "$kbin/kube-proxy" ]; then "$kbin/kube-proxy" --cleanup >/dev/null 2>&1; fi
+proxy=$(ls "$CACHE"/k8s/v*/bin/kube-proxy 2>/dev/null | head -1)
+if [ -n "$proxy" ]; then "$proxy" --cleanup >/dev/null 2>&1; fi
 # kubelet's own chains (KUBE-FIREWALL, canaries) survive kube-proxy --cleanup.
 for t in iptables ip6tables; do
   command -v $t-save >/dev/null || continue
@@ -50,10 +66,7 @@ for t in iptables ip6tables; do
 done
 ip link del gpudra0 2>/dev/null
 rm -rf "$RUN_DIR" "$STATE/run" "$STATE/tmp" "$STATE/cni/ipam" /var/lib/kubelet/plugins_registry/*.sock 2>/dev/null
-if [ "${WIPE:-0}" = 1 ]; then
-  note "wiping state ($STATE, /var/lib/kubelet)"
-  rm -rf "$STATE" /var/lib/kubelet
-fi
+wipe
 left=$(pgrep -af "^($kbin|$tbin)/" || true)
 [ -z "$left" ] || { echo "$left" >&2; die "processes survived cluster-down"; }
 step "local cluster stopped"

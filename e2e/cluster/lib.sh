@@ -49,6 +49,58 @@ cluster_running() {
   [ -f "$STATE/run/local-up-cluster.pid" ] && kill -0 "$(cat "$STATE/run/local-up-cluster.pid")" 2>/dev/null
 }
 
+# Every Kubernetes binary the harness runs, whichever version: for sweeping leftovers.
+K8S_BIN_RE="$CACHE/k8s/v[0-9][0-9.]*/bin"
+
+# local_up PART VERSION START_MODE: run hack/local-up-cluster.sh of VERSION for one part of the
+# cluster, in the background, logging to $STATE/logs/local-up-PART.log. The control plane
+# (START_MODE nokubelet...) and the kubelet (kubeletonly) are separate instances so that either can be
+# restarted with other binaries while the other keeps running: in-place upgrades (upgrade.sh).
+# Honors RUNTIME_CONFIG, FEATURE_GATES, KUBELET_FLAGS, PRESERVE_ETCD=1 and REUSE_CERTS=true.
+local_up() {
+  local part=$1 version=$2 start_mode=$3
+  local kbin script kubelet_flags=${KUBELET_FLAGS:-} etcd_env=()
+  kbin=$(k8s_bin_dir "$version")
+  script=$(go env GOMODCACHE)/k8s.io/kubernetes@v$version/hack/local-up-cluster.sh
+  [ -f "$script" ] || (cd "$CACHE/k8s-build/v$version" && go mod download k8s.io/kubernetes@v$version)
+  # Kubelets from 1.35 refuse cgroup v1 hosts unless told otherwise; CI machines of this kind are v1.
+  if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then kubelet_flags="$kubelet_flags --fail-cgroupv1=false"; fi
+  if [ "${PRESERVE_ETCD:-0}" = 1 ]; then etcd_env=(PRESERVE_ETCD=true ETCD_DIR="$STATE/etcd"); fi
+  # --default-signal: a background job otherwise ignores the SIGINT that makes the script clean up.
+  env --default-signal=INT PATH="$kbin:$PATH" USER=root HOSTNAME_OVERRIDE="$NODE_NAME" \
+    ENABLE_DAEMON=false START_MODE="$start_mode" GO_OUT="$kbin" REUSE_CERTS="${REUSE_CERTS:-false}" \
+    CONTAINER_RUNTIME_ENDPOINT="unix://$CONTAINERD_SOCK" CGROUP_DRIVER=cgroupfs \
+    KUBE_ENABLE_CLUSTER_DNS=false KUBE_DEFAULT_STORAGE_CLASS=false ALLOW_PRIVILEGED=true \
+    KUBELET_FLAGS="$kubelet_flags" RUNTIME_CONFIG="${RUNTIME_CONFIG:-}" FEATURE_GATES="${FEATURE_GATES:-AllAlpha=false}" \
+    EVICTION_HARD="memory.available<100Mi,nodefs.available<1%,imagefs.available<1%,nodefs.inodesFree<1%" \
+    LOG_DIR="$STATE/logs" CERT_DIR="$STATE/certs" TMP_DIR="$STATE/tmp" POD_MANIFEST_PATH="$STATE/static-pods" \
+    "${etcd_env[@]}" \
+    bash "$script" -o "$kbin" >"$STATE/logs/local-up-$part.log" 2>&1 &
+  echo $! > "$(local_up_pidfile "$part")"
+  echo "$version" > "$STATE/run/$part-version"
+}
+
+local_up_pidfile() {
+  case $1 in controlplane) echo "$STATE/run/local-up-cluster.pid" ;; *) echo "$STATE/run/local-up-$1.pid" ;; esac
+}
+
+# local_up_check PART: fail with the script's log when that instance of local-up-cluster.sh died.
+local_up_check() {
+  kill -0 "$(cat "$(local_up_pidfile "$1")")" 2>/dev/null && return 0
+  tail -30 "$STATE/logs/local-up-$1.log" >&2
+  die "hack/local-up-cluster.sh ($1) exited (log: $STATE/logs/local-up-$1.log)"
+}
+local_up_check_controlplane() { local_up_check controlplane; }
+local_up_check_kubelet() { local_up_check kubelet; }
+
+# wait_api_ready / wait_node_ready SECONDS: what every (re)start waits for.
+wait_api_ready() {
+  wait_for "$1" "API server ready" sh -c "[ -f '$KUBECONFIG_PATH' ] && kubectl --kubeconfig '$KUBECONFIG_PATH' get --raw /readyz >/dev/null 2>&1" local_up_check_controlplane
+}
+wait_node_ready() {
+  wait_for "$1" "node $NODE_NAME Ready" sh -c "kubectl --kubeconfig '$KUBECONFIG_PATH' get node '$NODE_NAME' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' 2>/dev/null | grep -q True" local_up_check_kubelet
+}
+
 # wait_for SECONDS WHAT CMD... [CHECK]: poll CMD until it succeeds; CHECK (a function name, optional
 # last word) runs each round to fail fast when what we wait on has died. Prints progress every 10s.
 wait_for() {

@@ -4,7 +4,7 @@
 #   MODE=full (default): etcd, apiserver, controller-manager, scheduler, kubelet, kube-proxy, containerd
 #   MODE=controlplane:   etcd, apiserver, controller-manager, scheduler
 #   K8S_VERSION=1.34.2 | 1.32.13 | 1.37.2 ...; RUNTIME_CONFIG=...; FEATURE_GATES=...
-#   PRESERVE_ETCD=1 keeps etcd data across down/up (for in-place upgrades).
+#   PRESERVE_ETCD=1 keeps etcd data across down/up and restarts (in-place upgrades: upgrade.sh).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -27,7 +27,6 @@ tbin=$(tools_bin_dir)
 "$HERE/build-tools.sh" etcd cfssl containerd crictl
 mkdir -p "$STATE"/{logs,run,certs,tmp,static-pods,cni/net.d,cni/ipam,etcd} "$RUN_DIR/containerd"
 mkdir -p /var/lib/kubelet/plugins /var/lib/kubelet/plugins_registry /etc/cdi /var/run/cdi /opt/cni/bin
-echo "$K8S_VERSION" > "$STATE/run/version"
 echo "$MODE" > "$STATE/run/mode"
 
 export PATH=$kbin:$(etcd_bin_dir):$tbin:/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -53,38 +52,19 @@ fi
 step "starting Kubernetes v$K8S_VERSION ($MODE) with hack/local-up-cluster.sh"
 [ -n "${RUNTIME_CONFIG:-}" ] && note "runtime-config: $RUNTIME_CONFIG"
 [ -n "${FEATURE_GATES:-}" ] && note "feature gates: $FEATURE_GATES"
-gomodcache=$(go env GOMODCACHE)
-script=$gomodcache/k8s.io/kubernetes@v$K8S_VERSION/hack/local-up-cluster.sh
-[ -f "$script" ] || (cd "$CACHE/k8s-build/v$K8S_VERSION" && go mod download k8s.io/kubernetes@v$K8S_VERSION)
-start_mode=all
-[ "$MODE" = controlplane ] && start_mode=nokubelet,nokubeproxy
-kubelet_flags=${KUBELET_FLAGS:-}
-# Kubelets from 1.35 refuse cgroup v1 hosts unless told otherwise; CI machines of this kind are v1.
-if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then kubelet_flags="$kubelet_flags --fail-cgroupv1=false"; fi
-etcd_env=()
-if [ "${PRESERVE_ETCD:-0}" = 1 ]; then etcd_env=(PRESERVE_ETCD=true ETCD_DIR="$STATE/etcd"); fi
-# --default-signal: a background job otherwise ignores the SIGINT that makes the script clean up.
-env --default-signal=INT PATH="$PATH" USER=root HOSTNAME_OVERRIDE="$NODE_NAME" \
-  ENABLE_DAEMON=false START_MODE=$start_mode GO_OUT="$kbin" \
-  CONTAINER_RUNTIME_ENDPOINT="unix://$CONTAINERD_SOCK" CGROUP_DRIVER=cgroupfs \
-  KUBE_ENABLE_CLUSTER_DNS=false KUBE_DEFAULT_STORAGE_CLASS=false ALLOW_PRIVILEGED=true \
-  KUBELET_FLAGS="$kubelet_flags" RUNTIME_CONFIG="${RUNTIME_CONFIG:-}" FEATURE_GATES="${FEATURE_GATES:-AllAlpha=false}" \
-  EVICTION_HARD="memory.available<100Mi,nodefs.available<1%,imagefs.available<1%,nodefs.inodesFree<1%" \
-  LOG_DIR="$STATE/logs" CERT_DIR="$STATE/certs" TMP_DIR="$STATE/tmp" POD_MANIFEST_PATH="$STATE/static-pods" \
-  "${etcd_env[@]}" \
-  bash "$script" -o "$kbin" >"$STATE/logs/local-up-cluster.log" 2>&1 &
-echo $! > "$STATE/run/local-up-cluster.pid"
-
-watch_script() {
-  kill -0 "$(cat "$STATE/run/local-up-cluster.pid")" 2>/dev/null && return 0
-  tail -30 "$STATE/logs/local-up-cluster.log" >&2
-  die "hack/local-up-cluster.sh exited (log: $STATE/logs/local-up-cluster.log)"
-}
+[ "${PRESERVE_ETCD:-0}" = 1 ] && note "etcd data kept in $STATE/etcd across restarts (in-place upgrades)"
+if [ "$MODE" = controlplane ]; then
+  local_up controlplane "$K8S_VERSION" nokubelet,nokubeproxy
+else
+  local_up controlplane "$K8S_VERSION" nokubelet
+fi
 export KUBECONFIG=$KUBECONFIG_PATH
-wait_for 180 "API server ready" sh -c "[ -f '$KUBECONFIG' ] && kubectl get --raw /readyz >/dev/null 2>&1" watch_script
-wait_for 120 "default service account" kubectl get serviceaccount default watch_script
+wait_api_ready 180
+wait_for 120 "default service account" kubectl get serviceaccount default local_up_check_controlplane
 if [ "$MODE" = full ]; then
-  wait_for 180 "node $NODE_NAME Ready" sh -c "kubectl get node '$NODE_NAME' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' 2>/dev/null | grep -q True" watch_script
+  # The kubelet's instance signs its client certificate with the CA the control plane's created.
+  local_up kubelet "$K8S_VERSION" kubeletonly
+  wait_node_ready 180
 fi
 step "cluster up: Kubernetes v$K8S_VERSION, resource.k8s.io served: $(kubectl api-versions | grep resource.k8s.io | sed 's#resource.k8s.io/##' | tr '\n' ' ')"
 note "export KUBECONFIG=$KUBECONFIG"

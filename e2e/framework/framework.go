@@ -91,6 +91,22 @@ func (c *Cluster) KubectlErr(args ...string) (string, error) {
 
 // KubectlStdin runs kubectl with stdin.
 func (c *Cluster) KubectlStdin(stdin []byte, args ...string) (string, error) {
+	stdout, _, err := c.kubectl(stdin, args...)
+	return stdout, err
+}
+
+// KubectlWarnings runs kubectl, fails the test on error and returns stdout and stderr, where
+// kubectl prints the warnings admission webhooks return.
+func (c *Cluster) KubectlWarnings(t *testing.T, stdin []byte, args ...string) (stdout, stderr string) {
+	t.Helper()
+	stdout, stderr, err := c.kubectl(stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+	}
+	return stdout, stderr
+}
+
+func (c *Cluster) kubectl(stdin []byte, args ...string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
@@ -100,9 +116,9 @@ func (c *Cluster) KubectlStdin(stdin []byte, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+		return stdout.String(), stderr.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	return stdout.String(), nil
+	return stdout.String(), stderr.String(), nil
 }
 
 // Namespace creates a namespace for one test and deletes it afterwards.
