@@ -15,10 +15,10 @@ PROJECT_IMAGE ?= ghcr.io/gpu-dra/gpu-dra:$(VERSION)
 export PROJECT_IMAGE
 BINARIES := gpu-kubelet-plugin gpu-webhook kubectl-dra
 FUZZTIME ?= 10s
-# Every package but the real-cluster suite in e2e/ itself.
-UNIT_PKGS = $$(go list ./... | grep -v '/e2e$$')
+# Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/upgrade/.
+UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/upgrade$$')
 
-.PHONY: all build deps unit integration fuzz bench lint test e2e e2e-matrix demo \
+.PHONY: all build deps unit integration fuzz bench lint test e2e e2e-matrix e2e-upgrade demo \
 	cluster-up cluster-down images envtest-assets clean help
 
 all: build
@@ -73,6 +73,9 @@ e2e: images ## end-to-end suite: on $$KUBECONFIG's cluster if set, else on a loc
 
 e2e-matrix: ## the e2e suite on 1.32.13 (seed's beta flags), 1.34.2 and 1.37.2
 	@e2e/run.sh matrix
+
+e2e-upgrade: images ## the seed's story as an in-place upgrade 1.32.13 -> 1.33.13 -> 1.34.2 (own cluster; ~25 min cold)
+	@e2e/upgrade.sh
 
 demo: images ## a local cluster, the chart installed, the seed's example run and shown
 	@e2e/demo.sh

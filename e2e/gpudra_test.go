@@ -104,21 +104,7 @@ func TestSeedStory(t *testing.T) {
 
 	t.Run("annotated pod gets two GPUs", func(t *testing.T) {
 		ns := c.Namespace(t, "annotated")
-		pod := `apiVersion: v1
-kind: Pod
-metadata:
-  name: two-gpus
-  annotations:
-    gpu.example.com/count: "2"
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: docker.io/library/busybox:1.35
-    imagePullPolicy: Never
-    command: ["sh", "-c", "sleep 600"]
-`
+		pod := framework.AnnotatedPod("two-gpus", 2)
 		if out, err := c.KubectlStdin([]byte(pod), "-n", ns, "apply", "-f", "-"); err != nil {
 			t.Fatalf("apply annotated pod: %v\n%s", err, out)
 		}

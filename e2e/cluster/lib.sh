@@ -124,8 +124,8 @@ stop_pid() {
   local f=$1 sig=$2 secs=$3 p
   [ -f "$f" ] || return 0
   p=$(cat "$f")
-  kill -"$sig" "$p" 2>/dev/null
+  kill -"$sig" "$p" 2>/dev/null || true
   for _ in $(seq 1 $((secs * 5))); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-  kill -KILL "$p" 2>/dev/null
+  kill -KILL "$p" 2>/dev/null || true
   rm -f "$f"
 }

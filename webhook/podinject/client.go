@@ -9,7 +9,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/klog/v2"
 )
@@ -62,7 +65,10 @@ func NewAPIClient(clientset kubernetes.Interface) *APIClient {
 func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error {
 	logger := klog.FromContext(ctx)
 	templates := c.templates(template.Namespace)
-	_, err := templates.Create(ctx, template, metav1.CreateOptions{})
+	err := retry.OnError(createBackoff, transient, func() error {
+		_, err := templates.Create(ctx, template, metav1.CreateOptions{})
+		return err
+	})
 	if err == nil {
 		logger.V(2).Info("Created managed ResourceClaimTemplate", "template", klog.KObj(template))
 		return nil
@@ -79,6 +85,17 @@ func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.Re
 			template.Namespace, template.Name, ManagedBy, ManagedByLabel, ManagedBy)
 	}
 	return nil
+}
+
+// createBackoff bounds the retries of a transient failure to about 1.5 s, well inside the
+// webhook's timeout: long enough for kube-proxy to catch up after the API server restarted.
+var createBackoff = wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1}
+
+// transient errors go away on their own: a restarting single API server is briefly missing from
+// the kubernetes Service (connection refused), or the server sheds load.
+func transient(err error) bool {
+	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
 }
 
 // ttlCache remembers recent successes so a burst of pods costs the API server one request, not

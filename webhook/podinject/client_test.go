@@ -2,13 +2,21 @@ package podinject
 
 import (
 	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func testTemplate(t testing.TB, ns string) *resourceapi.ResourceClaimTemplate {
@@ -60,6 +68,45 @@ func TestAPIClient(t *testing.T) {
 	}
 	if got.Spec.Spec.Devices.Requests[0].Exactly.Count != 2 || got.Labels[ManagedByLabel] != ManagedBy {
 		t.Errorf("stored %+v", got)
+	}
+}
+
+// A restarting API server or throttling must not turn into a denied pod when a retry a moment
+// later succeeds; anything else fails at once.
+func TestEnsureTemplateRetriesTransientErrors(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	tests := []struct {
+		name      string
+		failures  []error // returned by the first creates, in order
+		wantCalls int
+		wantErr   string
+	}{
+		{name: "succeeds at once", wantCalls: 1},
+		{name: "connection refused twice", failures: []error{refused, refused}, wantCalls: 3},
+		{name: "throttled", failures: []error{apierrors.NewTooManyRequests("slow down", 1)}, wantCalls: 2},
+		{name: "forbidden is final", failures: []error{apierrors.NewForbidden(resourceapi.Resource("resourceclaimtemplates"), "x", errors.New("rbac"))},
+			wantCalls: 1, wantErr: "forbidden"},
+		{name: "gives up", failures: []error{refused, refused, refused, refused, refused, refused}, wantCalls: 5, wantErr: "connection refused"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			calls := 0
+			cs.PrependReactor("create", "resourceclaimtemplates", func(k8stesting.Action) (bool, runtime.Object, error) {
+				calls++
+				if calls <= len(tc.failures) {
+					return true, nil, tc.failures[calls-1]
+				}
+				return false, nil, nil
+			})
+			err := NewAPIClient(cs).EnsureTemplate(context.Background(), testTemplate(t, "ns"))
+			if calls != tc.wantCalls {
+				t.Errorf("%d creates, want %d", calls, tc.wantCalls)
+			}
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }
 
