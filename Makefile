@@ -50,7 +50,8 @@ fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
 	@hack/fuzz.sh $(FUZZTIME)
 
 bench: envtest-assets ## the README's benchmarks, COUNT=5 runs each, through benchstat
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat hack/bench.sh
+	@[ -x $(TOOLS)/vegeta ] && [ -x $(TOOLS)/benchstat ] || hack/install-deps.sh
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat VEGETA=$(TOOLS)/vegeta hack/bench.sh
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; exit 1; }

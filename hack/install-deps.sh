@@ -27,6 +27,8 @@ install_tool() { # NAME MODULE/PKG@VERSION
 }
 install_tool staticcheck honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION:-v0.8.2}
 install_tool benchstat golang.org/x/perf/cmd/benchstat@${BENCHSTAT_VERSION:-v0.0.0-20260908200009-22c9c6c9d4da}
+# The load tool of `make bench`: a separate process sends the webhook its AdmissionReviews.
+install_tool vegeta github.com/tsenart/vegeta/v12@${VEGETA_VERSION:-v12.13.0}
 # The chart tests validate rendered manifests against the OpenAPI specs shipped in these releases.
 timed "go mod download k8s.io/kubernetes (OpenAPI specs 1.32/1.34/1.37)" \
   go mod download k8s.io/kubernetes@v1.32.13 k8s.io/kubernetes@v1.34.2 k8s.io/kubernetes@v1.37.2
