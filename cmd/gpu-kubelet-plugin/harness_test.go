@@ -222,12 +222,11 @@ func (p *plugin) terminate() {
 // kubelet plays the kubelet's part: GetInfo and NotifyRegistrationStatus on the registration
 // socket, then the DRA service on the advertised endpoint, in the gRPC version it prefers.
 type kubelet struct {
-	info    *registerapi.PluginInfo
-	conn    *grpc.ClientConn
-	v1      drapbv1.DRAPluginClient
-	v1beta1 drapbv1beta1.DRAPluginClient
-	// useV1beta1 mimics a 1.32/1.33 kubelet.
-	useV1beta1 bool
+	info *registerapi.PluginInfo
+	conn *grpc.ClientConn
+	// dra speaks the v1 messages; for a 1.32/1.33 kubelet it is the kubelet API's own wrapper that
+	// sends them over the v1beta1 service.
+	dra drapbv1.DRAPluginClient
 }
 
 func (p *plugin) register(ctx context.Context, useV1beta1 bool) *kubelet {
@@ -272,43 +271,22 @@ func (p *plugin) register(ctx context.Context, useV1beta1 bool) *kubelet {
 		p.t.Fatal(err)
 	}
 	p.t.Cleanup(func() { _ = conn.Close() })
-	return &kubelet{info: info, conn: conn, v1: drapbv1.NewDRAPluginClient(conn), v1beta1: drapbv1beta1.NewDRAPluginClient(conn), useV1beta1: useV1beta1}
+	k := &kubelet{info: info, conn: conn, dra: drapbv1.NewDRAPluginClient(conn)}
+	if useV1beta1 {
+		k.dra = drapbv1beta1.V1Beta1ClientWrapper{DRAPluginClient: drapbv1beta1.NewDRAPluginClient(conn)}
+	}
+	return k
 }
 
 // prepared is the kubelet's view of one prepared claim: CDI IDs by device.
 type prepared map[string][]string
 
 func (k *kubelet) prepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) (map[types.UID]prepared, error) {
-	out := map[types.UID]prepared{}
-	if k.useV1beta1 {
-		req := &drapbv1beta1.NodePrepareResourcesRequest{}
-		for _, c := range claims {
-			req.Claims = append(req.Claims, &drapbv1beta1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-		}
-		resp, err := k.v1beta1.NodePrepareResources(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		for uid, r := range resp.Claims {
-			if r.Error != "" {
-				return nil, fmt.Errorf("claim %s: %s", uid, r.Error)
-			}
-			p := prepared{}
-			for _, d := range r.Devices {
-				p[d.PoolName+"/"+d.DeviceName] = d.CdiDeviceIds
-			}
-			out[types.UID(uid)] = p
-		}
-		return out, nil
-	}
-	req := &drapbv1.NodePrepareResourcesRequest{}
-	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	resp, err := k.v1.NodePrepareResources(ctx, req)
+	resp, err := k.dra.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: claimRefs(claims)})
 	if err != nil {
 		return nil, err
 	}
+	out := map[types.UID]prepared{}
 	for uid, r := range resp.Claims {
 		if r.Error != "" {
 			return nil, fmt.Errorf("claim %s: %s", uid, r.Error)
@@ -323,37 +301,25 @@ func (k *kubelet) prepare(ctx context.Context, claims ...*resourceapi.ResourceCl
 }
 
 func (k *kubelet) unprepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) error {
-	var errs []error
-	if k.useV1beta1 {
-		req := &drapbv1beta1.NodeUnprepareResourcesRequest{}
-		for _, c := range claims {
-			req.Claims = append(req.Claims, &drapbv1beta1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-		}
-		resp, err := k.v1beta1.NodeUnprepareResources(ctx, req)
-		if err != nil {
-			return err
-		}
-		for uid, r := range resp.Claims {
-			if r.Error != "" {
-				errs = append(errs, fmt.Errorf("claim %s: %s", uid, r.Error))
-			}
-		}
-		return errors.Join(errs...)
-	}
-	req := &drapbv1.NodeUnprepareResourcesRequest{}
-	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	resp, err := k.v1.NodeUnprepareResources(ctx, req)
+	resp, err := k.dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: claimRefs(claims)})
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for uid, r := range resp.Claims {
 		if r.Error != "" {
 			errs = append(errs, fmt.Errorf("claim %s: %s", uid, r.Error))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func claimRefs(claims []*resourceapi.ResourceClaim) []*drapbv1.Claim {
+	refs := make([]*drapbv1.Claim, 0, len(claims))
+	for _, c := range claims {
+		refs = append(refs, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	return refs
 }
 
 // allocatedClaim creates a ResourceClaim and writes an allocation naming devices of this node's
