@@ -37,11 +37,7 @@ func asVersion(t *testing.T, raw []byte, version string) runtime.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v1obj runtime.Object = obj.Claim
-	if obj.Template != nil {
-		v1obj = obj.Template
-	}
-	out, err := upgrade.To(v1obj, version)
+	out, err := obj.To(version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,11 +300,7 @@ func unstructuredFor(raw []byte) (runtime.Object, *upgrade.Object, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var v1obj runtime.Object = obj.Claim
-	if obj.Template != nil {
-		v1obj = obj.Template
-	}
-	typed, err := upgrade.To(v1obj, obj.Arrived.Version)
+	typed, err := obj.To(obj.Arrived.Version)
 	if err != nil {
 		return nil, nil, err
 	}

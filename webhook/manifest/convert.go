@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"encoding/json"
-	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
 	resourcev1beta1 "k8s.io/api/resource/v1beta1"
@@ -71,43 +70,6 @@ func decodeStrict(doc []byte) (runtime.Object, schema.GroupVersionKind, error) {
 		return nil, empty, err
 	}
 	return obj, *gvk, nil
-}
-
-// ConvertObject converts a typed resource.k8s.io object of any supported version to version,
-// through v1 (the conversions are registered between each beta and v1).
-func ConvertObject(in runtime.Object, version string) (runtime.Object, error) {
-	kinds, _, err := scheme.ObjectKinds(in)
-	if err != nil {
-		return nil, fmt.Errorf("convert to %s: %w", version, err)
-	}
-	from := kinds[0]
-	hub := from
-	if from.Version != resourceapi.SchemeGroupVersion.Version {
-		hub = resourceapi.SchemeGroupVersion.WithKind(from.Kind)
-		v1obj, err := scheme.New(hub)
-		if err != nil {
-			return nil, fmt.Errorf("convert %s to %s: %w", from, hub, err)
-		}
-		if err := scheme.Convert(in, v1obj, nil); err != nil {
-			return nil, fmt.Errorf("convert %s to %s: %w", from, hub, err)
-		}
-		in = v1obj
-	}
-	target := schema.GroupVersionKind{Group: Group, Version: version, Kind: from.Kind}
-	out := in
-	if target != hub {
-		out, err = scheme.New(target)
-		if err != nil {
-			return nil, fmt.Errorf("convert %s to %s: %w", hub, target, err)
-		}
-		if err := scheme.Convert(in, out, nil); err != nil {
-			return nil, fmt.Errorf("convert %s to %s: %w", hub, target, err)
-		}
-	} else {
-		out = in.DeepCopyObject()
-	}
-	out.GetObjectKind().SetGroupVersionKind(target)
-	return out, nil
 }
 
 // render writes a typed object as YAML without the empty fields Go's zero values would add

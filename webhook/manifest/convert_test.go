@@ -189,8 +189,8 @@ func sameMeaning(t *testing.T, doc int, a, b []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		va, _ := ConvertObject(oa, "v1")
-		vb, _ := ConvertObject(ob, "v1")
+		va, _ := upgrade.To(oa, "v1")
+		vb, _ := upgrade.To(ob, "v1")
 		if !equality.Semantic.DeepEqual(va, vb) {
 			t.Errorf("document %d: DeviceClass changed meaning:\n%+v\n%+v", doc, va, vb)
 		}

@@ -9,6 +9,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
 )
 
 // Document is one non-empty document of a YAML stream.
@@ -119,7 +121,7 @@ func (inv *Inventory) add(raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", tm.APIVersion, tm.Kind, err)
 	}
-	v1obj, err := ConvertObject(obj, resourceapi.SchemeGroupVersion.Version)
+	v1obj, err := upgrade.To(obj, resourceapi.SchemeGroupVersion.Version)
 	if err != nil {
 		return err
 	}

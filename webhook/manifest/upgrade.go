@@ -9,6 +9,8 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
 )
 
 // Action says what happened to one document.
@@ -133,7 +135,7 @@ func convertDocument(c *chunk, index int, to string) (Change, bool) {
 		ch.Action = Unchanged
 		return ch, true
 	}
-	want, err := ConvertObject(src, to)
+	want, err := upgrade.To(src, to)
 	if err != nil {
 		ch.Action = Failed
 		ch.Err = err

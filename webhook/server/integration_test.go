@@ -228,11 +228,7 @@ func convert(t *testing.T, raw []byte, version string) runtime.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v1obj runtime.Object = obj.Claim
-	if obj.Template != nil {
-		v1obj = obj.Template
-	}
-	out, err := upgrade.To(v1obj, version)
+	out, err := obj.To(version)
 	if err != nil {
 		t.Fatal(err)
 	}

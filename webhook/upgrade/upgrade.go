@@ -225,25 +225,45 @@ func describe(gvk schema.GroupVersionKind) string {
 	return gvk.GroupVersion().String() + " " + gvk.Kind
 }
 
-// To converts a v1 claim or template to the named resource.k8s.io version (v1beta1, v1beta2 or
-// v1), as the API server would serve it.
-func To(v1obj runtime.Object, version string) (runtime.Object, error) {
-	gvk := v1obj.GetObjectKind().GroupVersionKind()
-	if gvk.Kind == "" {
-		kinds, _, err := scheme.ObjectKinds(v1obj)
-		if err != nil {
-			return nil, fmt.Errorf("convert to %s: %w", version, err)
-		}
-		gvk = kinds[0]
+// To converts the object to the named resource.k8s.io version, as the API server would serve it.
+func (o *Object) To(version string) (runtime.Object, error) {
+	if o.Template != nil {
+		return To(o.Template, version)
 	}
-	target := schema.GroupVersionKind{Group: Group, Version: version, Kind: gvk.Kind}
-	out, err := scheme.New(target)
+	return To(o.Claim, version)
+}
+
+// To converts a claim or template of any served resource.k8s.io version to the named one
+// (v1beta1, v1beta2 or v1), through v1: the conversions are registered between each beta and v1.
+func To(in runtime.Object, version string) (runtime.Object, error) {
+	kinds, _, err := scheme.ObjectKinds(in)
 	if err != nil {
-		return nil, fmt.Errorf("convert to %s: %w", target, err)
+		return nil, fmt.Errorf("convert to %s: %w", version, err)
 	}
-	if err := scheme.Convert(v1obj, out, nil); err != nil {
-		return nil, fmt.Errorf("convert to %s: %w", target, err)
+	from := kinds[0]
+	hub := resourceapi.SchemeGroupVersion.WithKind(from.Kind)
+	if from != hub {
+		if in, err = convert(in, from, hub); err != nil {
+			return nil, err
+		}
 	}
-	out.GetObjectKind().SetGroupVersionKind(target)
+	target := schema.GroupVersionKind{Group: Group, Version: version, Kind: from.Kind}
+	if target == hub {
+		out := in.DeepCopyObject()
+		out.GetObjectKind().SetGroupVersionKind(target)
+		return out, nil
+	}
+	return convert(in, hub, target)
+}
+
+func convert(in runtime.Object, from, to schema.GroupVersionKind) (runtime.Object, error) {
+	out, err := scheme.New(to)
+	if err != nil {
+		return nil, fmt.Errorf("convert %s to %s: %w", from, to, err)
+	}
+	if err := scheme.Convert(in, out, nil); err != nil {
+		return nil, fmt.Errorf("convert %s to %s: %w", from, to, err)
+	}
+	out.GetObjectKind().SetGroupVersionKind(to)
 	return out, nil
 }
