@@ -18,23 +18,20 @@ import (
 // API server is worse than one that says so.
 const clusterTimeout = 10 * time.Second
 
-func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
+// clientset talks to the cluster of the kubeconfig flags, each request bounded by clusterTimeout.
+func clientset(flags *genericclioptions.ConfigFlags) (kubernetes.Interface, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = clusterTimeout
-	return cfg, nil
+	return kubernetes.NewForConfig(cfg)
 }
 
 // servedVersions asks the cluster which resource.k8s.io versions it serves.
 func servedVersions(flags *genericclioptions.ConfigFlags) (map[string]bool, error) {
-	cfg, err := restConfig(flags)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := clientset(flags)
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +69,7 @@ func newestServedVersion(flags *genericclioptions.ConfigFlags) (string, error) {
 // liveInventory lists the cluster's ResourceSlices and DeviceClasses in whichever version it
 // serves, converted to v1 by k8s.io/dynamic-resource-allocation/client, and its Nodes.
 func liveInventory(ctx context.Context, flags *genericclioptions.ConfigFlags) (*manifest.Inventory, error) {
-	cfg, err := restConfig(flags)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := clientset(flags)
 	if err != nil {
 		return nil, err
 	}
