@@ -74,6 +74,17 @@ func TestLint(t *testing.T) {
 	}
 }
 
+// dryRunInstall is Helm's install action for `helm install --dry-run` of the release on kv.
+func dryRunInstall(kv *common.KubeVersion) *action.Install {
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.Replace = true
+	install.ReleaseName = releaseName
+	install.Namespace = releaseNS
+	install.KubeVersion = kv
+	return install
+}
+
 // TestHelmInstallDryRun is `helm install gpu-dra charts/gpu-dra -n gpu-dra --set ... --dry-run`
 // through Helm's own install action: kubeVersion constraint, schema, hooks and notes included.
 func TestHelmInstallDryRun(t *testing.T) {
@@ -83,13 +94,7 @@ func TestHelmInstallDryRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			install := action.NewInstall(action.NewConfiguration())
-			install.DryRunStrategy = action.DryRunClient
-			install.Replace = true
-			install.ReleaseName = releaseName
-			install.Namespace = releaseNS
-			install.KubeVersion = kv
-			rel, err := install.Run(loadChart(t), values(t, installSets...))
+			rel, err := dryRunInstall(kv).Run(loadChart(t), values(t, installSets...))
 			if err != nil {
 				t.Fatalf("helm install --dry-run: %v", err)
 			}
@@ -118,13 +123,7 @@ func TestHelmInstallDryRun(t *testing.T) {
 	}
 	t.Run("too-old", func(t *testing.T) {
 		kv, _ := common.ParseKubeVersion("v1.31.5")
-		install := action.NewInstall(action.NewConfiguration())
-		install.DryRunStrategy = action.DryRunClient
-		install.Replace = true
-		install.ReleaseName = releaseName
-		install.Namespace = releaseNS
-		install.KubeVersion = kv
-		if _, err := install.Run(loadChart(t), nil); err == nil || !strings.Contains(err.Error(), "1.32") {
+		if _, err := dryRunInstall(kv).Run(loadChart(t), nil); err == nil || !strings.Contains(err.Error(), "1.32") {
 			t.Errorf("install on 1.31: err = %v, want the kubeVersion constraint to refuse", err)
 		}
 	})
