@@ -12,15 +12,6 @@ sweep_etcd() {
   done
 }
 
-# sweep_k8s BINARY...: whatever local-up-cluster.sh's cleanup missed (it kills by PID, and components
-# may outlive it).
-sweep_k8s() {
-  local b
-  for b in "$@"; do pkill -TERM -f "^($kbin/|sudo -E $kbin/|sudo $kbin/)$b( |$)" 2>/dev/null; done
-  sleep 1
-  for b in "$@"; do pkill -KILL -f "^($kbin/|sudo -E $kbin/|sudo $kbin/)$b( |$)" 2>/dev/null; done
-}
-
 wipe() {
   if [ "${WIPE:-0}" = 1 ]; then
     note "wiping state ($STATE, /var/lib/kubelet)"
@@ -36,8 +27,6 @@ if [ ! -d "$STATE/run" ]; then
 fi
 step "stopping the local cluster"
 tbin=$(tools_bin_dir)
-# After an in-place upgrade the parts may run different versions: match any cached release.
-kbin=$K8S_BIN_RE
 
 stop_pid "$(local_up_pidfile kubelet)" INT 60
 stop_pid "$(local_up_pidfile controlplane)" INT 60
@@ -67,6 +56,6 @@ done
 ip link del gpudra0 2>/dev/null
 rm -rf "$RUN_DIR" "$STATE/run" "$STATE/tmp" "$STATE/cni/ipam" /var/lib/kubelet/plugins_registry/*.sock 2>/dev/null
 wipe
-left=$(pgrep -af "^($kbin|$tbin)/" || true)
+left=$(pgrep -af "^($K8S_BIN_RE|$tbin)/" || true)
 [ -z "$left" ] || { echo "$left" >&2; die "processes survived cluster-down"; }
 step "local cluster stopped"

@@ -49,8 +49,18 @@ cluster_running() {
   [ -f "$STATE/run/local-up-cluster.pid" ] && kill -0 "$(cat "$STATE/run/local-up-cluster.pid")" 2>/dev/null
 }
 
-# Every Kubernetes binary the harness runs, whichever version: for sweeping leftovers.
+# Every Kubernetes binary the harness runs, whichever version: after an in-place upgrade the
+# control plane and the kubelet may run different releases.
 K8S_BIN_RE="$CACHE/k8s/v[0-9][0-9.]*/bin"
+
+# sweep_k8s BINARY...: whatever local-up-cluster.sh's cleanup missed (it kills by PID, and components
+# may outlive it), of any cached release.
+sweep_k8s() {
+  local b
+  for b in "$@"; do pkill -TERM -f "^($K8S_BIN_RE/|sudo -E $K8S_BIN_RE/|sudo $K8S_BIN_RE/)$b( |$)" 2>/dev/null || true; done
+  sleep 1
+  for b in "$@"; do pkill -KILL -f "^($K8S_BIN_RE/|sudo -E $K8S_BIN_RE/|sudo $K8S_BIN_RE/)$b( |$)" 2>/dev/null || true; done
+}
 
 # local_up PART VERSION START_MODE: run hack/local-up-cluster.sh of VERSION for one part of the
 # cluster, in the background, logging to $STATE/logs/local-up-PART.log. The control plane

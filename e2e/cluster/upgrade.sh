@@ -29,12 +29,10 @@ step "upgrading the $part in place: v$old -> v$version"
 [ -n "${RUNTIME_CONFIG:-}" ] && note "runtime-config: $RUNTIME_CONFIG"
 [ -n "${FEATURE_GATES:-}" ] && note "feature gates: $FEATURE_GATES"
 
-kbin=$K8S_BIN_RE
 stop_part() {
-  local b
   stop_pid "$(local_up_pidfile "$part")" INT 60
-  # The script's cleanup kills by PID; make sure nothing of the old part survives to hold a port.
-  for b in "$@"; do pkill -KILL -f "^($kbin/|sudo -E $kbin/|sudo $kbin/)$b( |$)" 2>/dev/null || true; done
+  # Nothing of the old part may survive to hold a port.
+  sweep_k8s "$@"
 }
 
 if [ "$part" = controlplane ]; then
