@@ -1,7 +1,8 @@
 package podinject
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -84,8 +85,9 @@ func FuzzParseAnnotations(f *testing.F) {
 	})
 }
 
-// FuzzHandle sends arbitrary pod JSON through the handler: it must never panic, and a patch it
-// returns must apply to the object it was computed from.
+// FuzzHandle sends arbitrary pod JSON through the handler, served both by controller-runtime's
+// admission.Webhook and by the one-pass ServeHTTP: neither may panic, both must give the same
+// verdict and patch, and a patch must apply to the object it was computed from.
 // Seeds: testdata/fuzz/FuzzHandle. Run: go test -fuzz=FuzzHandle ./webhook/podinject
 func FuzzHandle(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"namespace":"ns","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`))
@@ -93,22 +95,28 @@ func FuzzHandle(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	viaWebhook, viaServeHTTP := servers(h)["admission.Webhook"], servers(h)["ServeHTTP"]
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		req := admissionRequestRaw(admissionv1.Create, raw)
-		resp := h.Handle(context.Background(), req)
-		if err := resp.Complete(req); err != nil {
-			t.Fatalf("encode response: %v", err)
-		}
-		if len(resp.Patch) == 0 {
+		if !json.Valid(raw) {
+			// Not a review the API server could send; TestServeHTTPBadReview covers bad bodies.
 			return
 		}
-		ops := resp.Patch
-		patch, err := jsonpatch.DecodePatch(ops)
+		req := admissionRequestRaw(admissionv1.Create, raw)
+		want := review(t, viaWebhook, admissionv1.SchemeGroupVersion.String(), req)
+		got := review(t, viaServeHTTP, admissionv1.SchemeGroupVersion.String(), req)
+		if got.Allowed != want.Allowed || !bytes.Equal(got.Patch, want.Patch) {
+			t.Fatalf("ServeHTTP answered allowed=%v patch %s, admission.Webhook allowed=%v patch %s (%+v / %+v)",
+				got.Allowed, got.Patch, want.Allowed, want.Patch, got.Result, want.Result)
+		}
+		if len(got.Patch) == 0 {
+			return
+		}
+		patch, err := jsonpatch.DecodePatch(got.Patch)
 		if err != nil {
-			t.Fatalf("patch %s: %v", ops, err)
+			t.Fatalf("patch %s: %v", got.Patch, err)
 		}
 		if _, err := patch.Apply(raw); err != nil {
-			t.Fatalf("patch %s does not apply to %s: %v", ops, raw, err)
+			t.Fatalf("patch %s does not apply to %s: %v", got.Patch, raw, err)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -45,20 +46,34 @@ func NewHandler(client TemplateClient, opts ...Option) (*Handler, error) {
 	}, nil
 }
 
-// Handle injects the claim into an annotated pod, or denies it with what to fix.
+// Handle injects the claim into an annotated pod, or denies it with what to fix. It serves the
+// handler through controller-runtime's admission.Webhook; the webhook binary uses ServeHTTP,
+// which decodes the review and the pod in one pass.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
-		return admission.Allowed("not a pod creation; nothing to inject")
+	if !isPodCreate(req.Operation, req.Resource, req.SubResource) {
+		return notPodCreate()
 	}
 	pod, err := decodePod(req.Object.Raw)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
+	return h.handle(ctx, req.Namespace, req.DryRun, pod)
+}
+
+func notPodCreate() admission.Response {
+	return admission.Allowed("not a pod creation; nothing to inject")
+}
+
+func isPodCreate(op admissionv1.Operation, resource metav1.GroupVersionResource, subResource string) bool {
+	return op == admissionv1.Create && resource.Group == "" && resource.Resource == "pods" && subResource == ""
+}
+
+// handle is Handle once the pod is decoded; namespace is the request's.
+func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, pod *podView) admission.Response {
 	annotations := pod.Metadata.Annotations
 	if _, ok := annotations[h.opts.annotation(annCount)]; !ok {
 		return admission.Allowed("no " + h.opts.annotation(annCount) + " annotation; nothing to inject")
 	}
-	namespace := req.Namespace
 	if namespace == "" {
 		namespace = pod.Metadata.Namespace
 	}
@@ -91,7 +106,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	warnings = append(warnings, more...)
 	// Dry-run promises no side effects (the configuration says sideEffects: NoneOnDryRun); the pod
 	// is not stored either, so nothing will look for the template.
-	if req.DryRun == nil || !*req.DryRun {
+	if dryRun == nil || !*dryRun {
 		if err := h.ensure(ctx, template); err != nil {
 			logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
 			return admission.Errored(http.StatusInternalServerError, err).WithWarnings(warnings...)

@@ -1,9 +1,12 @@
 package podinject
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -122,64 +125,146 @@ func sortedOps(t *testing.T, ops []json.RawMessage) []string {
 	return out
 }
 
+// servers are the two ways the handler is served: controller-runtime's admission.Webhook around
+// Handle, and the handler's own one-pass ServeHTTP that the webhook binary registers. Every case
+// goes through both and must get the same answer.
+func servers(h *Handler) map[string]http.Handler {
+	return map[string]http.Handler{"admission.Webhook": &admission.Webhook{Handler: h}, "ServeHTTP": h}
+}
+
+// review posts req as an AdmissionReview of apiVersion to serve, the way the API server does,
+// and returns the response after checking it echoes the version and the UID.
+func review(t testing.TB, serve http.Handler, apiVersion string, req admission.Request) *admissionv1.AdmissionResponse {
+	t.Helper()
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "AdmissionReview"},
+		Request:  &req.AdmissionRequest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := post(t, serve, "application/json", body)
+	if out.APIVersion != apiVersion || out.Response.UID != req.UID {
+		t.Fatalf("answered %s for UID %q, want %s for %q", out.APIVersion, out.Response.UID, apiVersion, req.UID)
+	}
+	return out.Response
+}
+
+// post sends body to serve and decodes the AdmissionReview it answers with.
+func post(t testing.TB, serve http.Handler, contentType string, body []byte) admissionv1.AdmissionReview {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
+	r.Header.Set("Content-Type", contentType)
+	w := httptest.NewRecorder()
+	serve.ServeHTTP(w, r)
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("status %d, answer %q: not an AdmissionReview response (%v)", w.Code, w.Body.String(), err)
+	}
+	return out
+}
+
 func TestHandle(t *testing.T) {
 	for _, tc := range loadCases(t, "testdata/cases.yaml") {
-		t.Run(tc.Name, func(t *testing.T) {
-			podJSON, err := yaml.YAMLToJSON(tc.Pod)
-			if err != nil {
-				t.Fatalf("pod: %v", err)
-			}
-			client := &fakeClient{}
-			var opts []Option
-			if tc.MaxPerNode != 0 {
-				opts = append(opts, WithMaxDevicesPerNode(tc.MaxPerNode))
-			}
-			h, err := NewHandler(client, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			op := admissionv1.Create
-			if tc.Operation != "" {
-				op = admissionv1.Operation(tc.Operation)
-			}
-			req := admissionRequest(t, op, tc.DryRun, podJSON)
-			resp := h.Handle(context.Background(), req)
-			if err := resp.Complete(req); err != nil {
-				t.Fatalf("encode response: %v", err)
-			}
-
-			if resp.Allowed != tc.Want.Allowed {
-				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tc.Want.Allowed, resp.Result)
-			}
-			if tc.Want.Message != "" {
-				if resp.Result == nil || resp.Result.Message != tc.Want.Message {
-					t.Errorf("message:\n got %q\nwant %q", resp.Result.Message, tc.Want.Message)
+		podJSON, err := yaml.YAMLToJSON(tc.Pod)
+		if err != nil {
+			t.Fatalf("%s: pod: %v", tc.Name, err)
+		}
+		op := admissionv1.Create
+		if tc.Operation != "" {
+			op = admissionv1.Operation(tc.Operation)
+		}
+		req := admissionRequest(t, op, tc.DryRun, podJSON)
+		for _, served := range []string{"admission.Webhook", "ServeHTTP"} {
+			t.Run(tc.Name+"/"+served, func(t *testing.T) {
+				client := &fakeClient{}
+				var opts []Option
+				if tc.MaxPerNode != 0 {
+					opts = append(opts, WithMaxDevicesPerNode(tc.MaxPerNode))
 				}
-			}
-			if !slices.Equal(resp.Warnings, tc.Want.Warnings) {
-				t.Errorf("warnings:\n got %q\nwant %q", resp.Warnings, tc.Want.Warnings)
-			}
-			var got []json.RawMessage
-			for _, p := range resp.Patches {
-				b, err := json.Marshal(p)
+				h, err := NewHandler(client, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got = append(got, b)
+				resp := review(t, servers(h)[served], admissionv1.SchemeGroupVersion.String(), req)
+
+				if resp.Allowed != tc.Want.Allowed {
+					t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tc.Want.Allowed, resp.Result)
+				}
+				if tc.Want.Message != "" {
+					if resp.Result == nil || resp.Result.Message != tc.Want.Message {
+						t.Errorf("message:\n got %q\nwant %q", resp.Result.Message, tc.Want.Message)
+					}
+				}
+				if !slices.Equal(resp.Warnings, tc.Want.Warnings) {
+					t.Errorf("warnings:\n got %q\nwant %q", resp.Warnings, tc.Want.Warnings)
+				}
+				var got []json.RawMessage
+				if len(resp.Patch) > 0 {
+					if err := json.Unmarshal(resp.Patch, &got); err != nil {
+						t.Fatalf("patch %s: %v", resp.Patch, err)
+					}
+				}
+				if g, w := sortedOps(t, got), sortedOps(t, tc.Want.Patch); !slices.Equal(g, w) {
+					t.Errorf("patch:\n got %s\nwant %s", strings.Join(g, "\n     "), strings.Join(w, "\n     "))
+				}
+				if len(got) > 0 != (resp.PatchType != nil && *resp.PatchType == admissionv1.PatchTypeJSONPatch) {
+					t.Errorf("patch type %v with %d operations", resp.PatchType, len(got))
+				}
+				if n := client.names(); !slices.Equal(n, tc.Want.Templates) {
+					t.Errorf("templates ensured: %q, want %q", n, tc.Want.Templates)
+				}
+				if len(got) > 0 {
+					checkPatchedPod(t, h, podJSON, resp.Patch)
+				}
+			})
+		}
+	}
+}
+
+// TestServeHTTPBadReview: what the one-pass decoder rejects is answered as controller-runtime
+// answers it, a review with allowed=false and the HTTP-style code, and names what to send instead.
+func TestServeHTTPBadReview(t *testing.T) {
+	pod := `{"metadata":{"annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`
+	for _, tc := range []struct {
+		name, contentType, body string
+		code                    int32
+		message                 string
+	}{
+		{"content type", "text/plain", `{}`, http.StatusBadRequest, `Content-Type "text/plain": an AdmissionReview must be sent as application/json`},
+		{"not JSON", "application/json", `{"apiVersion":`, http.StatusBadRequest, "decode AdmissionReview: unexpected end of JSON input"},
+		{"pod not an object", "application/json", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":[1]}}`, http.StatusBadRequest, "decode pod: json: cannot unmarshal array into Go value of type podinject.podView"},
+		{"request not an object", "application/json", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":[]}`, http.StatusBadRequest, "decode AdmissionReview: json: cannot unmarshal array into Go struct field admissionReview[encoding/json.RawMessage].request of type podinject.reviewRequest[encoding/json.RawMessage]"},
+		{"kind", "application/json", `{"apiVersion":"admission.k8s.io/v1","kind":"Pod","request":{}}`, http.StatusBadRequest, `apiVersion "admission.k8s.io/v1", kind "Pod": want an AdmissionReview of admission.k8s.io/v1 or v1beta1`},
+		{"version", "application/json", `{"apiVersion":"admission.k8s.io/v2","kind":"AdmissionReview","request":{}}`, http.StatusBadRequest, `apiVersion "admission.k8s.io/v2", kind "AdmissionReview": want an AdmissionReview of admission.k8s.io/v1 or v1beta1`},
+		{"no request", "application/json", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, http.StatusBadRequest, "AdmissionReview without request"},
+		{"too large", "application/json", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"object":` + pod + `},"pad":"` + strings.Repeat("x", maxReviewSize) + `"}`, http.StatusRequestEntityTooLarge, "AdmissionReview larger than 7340032 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := NewHandler(&fakeClient{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if g, w := sortedOps(t, got), sortedOps(t, tc.Want.Patch); !slices.Equal(g, w) {
-				t.Errorf("patch:\n got %s\nwant %s", strings.Join(g, "\n     "), strings.Join(w, "\n     "))
-			}
-			if len(resp.Patches) > 0 != (resp.PatchType != nil && *resp.PatchType == admissionv1.PatchTypeJSONPatch) {
-				t.Errorf("patch type %v with %d operations", resp.PatchType, len(resp.Patches))
-			}
-			if n := client.names(); !slices.Equal(n, tc.Want.Templates) {
-				t.Errorf("templates ensured: %q, want %q", n, tc.Want.Templates)
-			}
-			if len(resp.Patches) > 0 {
-				checkPatchedPod(t, h, podJSON, resp.Patch)
+			resp := post(t, h, tc.contentType, []byte(tc.body)).Response
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != tc.code || resp.Result.Message != tc.message {
+				t.Errorf("got allowed=%v %+v\nwant code %d message %q", resp.Allowed, resp.Result, tc.code, tc.message)
 			}
 		})
+	}
+}
+
+// TestServeHTTPVersions: a v1beta1 review is answered as v1beta1, as admission.Webhook does, so
+// a configuration that lists both versions works.
+func TestServeHTTPVersions(t *testing.T) {
+	pod := []byte(`{"metadata":{"namespace":"ns","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`)
+	for _, version := range []string{"admission.k8s.io/v1", "admission.k8s.io/v1beta1"} {
+		h, err := NewHandler(&fakeClient{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp := review(t, h, version, admissionRequest(t, admissionv1.Create, false, pod)); !resp.Allowed || len(resp.Patch) == 0 {
+			t.Errorf("%s: not patched: %+v", version, resp.Result)
+		}
 	}
 }
 

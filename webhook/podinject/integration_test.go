@@ -2,10 +2,13 @@ package podinject
 
 import (
 	"context"
+
 	"errors"
+	"github.com/go-logr/logr"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,12 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	draclient "k8s.io/dynamic-resource-allocation/client"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
 )
 
@@ -93,10 +98,18 @@ func startEnv(t *testing.T, runtimeConfig string) *env {
 
 // startWebhookServer serves h at /mutate-pod the way cmd/gpu-webhook does, and returns a function
 // that stops it (also run at cleanup).
-func startWebhookServer(t testing.TB, host string, port int, certDir string, h admission.Handler) func() {
+var setLogger sync.Once
+
+// setControllerRuntimeLogger sets the logger once per test binary, as cmd/gpu-webhook does: without
+// one, controller-runtime keeps every per-request logger it hands out, and the heap grows with
+// each review.
+func setControllerRuntimeLogger(l logr.Logger) { setLogger.Do(func() { ctrllog.SetLogger(l) }) }
+
+func startWebhookServer(t testing.TB, host string, port int, certDir string, h *Handler) func() {
 	t.Helper()
-	server := webhook.NewServer(webhook.Options{Host: host, Port: port, CertDir: certDir})
-	server.Register(Path, &admission.Webhook{Handler: h})
+	setControllerRuntimeLogger(klog.Background())
+	server := webhook.NewServer(webhook.Options{Host: host, Port: port, CertDir: certDir, TLSOpts: certs.TLSOpts()})
+	server.Register(Path, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- server.Start(ctx) }()

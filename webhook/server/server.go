@@ -106,7 +106,7 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
-	srv.Register(podinject.Path, &admission.Webhook{Handler: injector})
+	srv.Register(podinject.Path, injector)
 	for _, w := range extra {
 		srv.Register(w.Path, w.Handler)
 	}

@@ -1,0 +1,146 @@
+package podinject
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionv1beta1 "k8s.io/api/admission/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	sigsjson "sigs.k8s.io/json"
+)
+
+// maxReviewSize is controller-runtime's limit for an AdmissionReview body.
+const maxReviewSize = 7 << 20
+
+// podReview is the part of an AdmissionReview the handler reads. The pod is decoded in the same
+// pass as the review: controller-runtime's admission.Webhook scans a pod four times (to find the
+// kind, to validate, to copy it out, then the handler decodes it), which cost more CPU per review
+// than the injection itself and kept the p99 over the 1 ms target at 1,000 reviews per second.
+type podReview = admissionReview[podView]
+
+// admissionReview is an AdmissionReview whose request object decodes into O.
+type admissionReview[O any] struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Request    *reviewRequest[O] `json:"request"`
+}
+
+type reviewRequest[O any] struct {
+	UID         types.UID                   `json:"uid"`
+	Resource    metav1.GroupVersionResource `json:"resource"`
+	SubResource string                      `json:"subResource"`
+	Namespace   string                      `json:"namespace"`
+	Operation   admissionv1.Operation       `json:"operation"`
+	DryRun      *bool                       `json:"dryRun"`
+	Object      O                           `json:"object"`
+}
+
+// ServeHTTP answers an AdmissionReview (admission.k8s.io/v1 or v1beta1) for a pod, in the version
+// it came in, the way controller-runtime's admission.Webhook does: errors are answered with a
+// review carrying the status, not with an HTTP error. Register it on controller-runtime's webhook
+// server, which adds TLS, certificate reloading and the request metrics.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	logger := klog.FromContext(r.Context()).WithValues("webhook", Path)
+	ctx := klog.NewContext(r.Context(), logger)
+	review, code, err := readPodReview(r)
+	var resp admission.Response
+	switch {
+	case err != nil:
+		logger.Error(err, "Bad AdmissionReview", "remote", r.RemoteAddr)
+		resp = admission.Errored(code, err)
+	case !isPodCreate(review.Request.Operation, review.Request.Resource, review.Request.SubResource):
+		resp = notPodCreate()
+	default:
+		resp = h.handleRecovered(ctx, review)
+	}
+	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"}}
+	var uid types.UID
+	if review != nil {
+		out.APIVersion = review.APIVersion
+		uid = review.Request.UID
+	}
+	if err := resp.Complete(admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: uid}}); err != nil {
+		logger.Error(err, "Encoding the JSON patch failed")
+		resp = admission.Errored(http.StatusInternalServerError, err)
+		resp.UID = uid
+	}
+	out.Response = &resp.AdmissionResponse
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(out); err != nil {
+		logger.Error(err, "Writing the AdmissionReview response failed")
+	}
+}
+
+// readPodReview reads the body; on error it returns the HTTP status that names the problem.
+func readPodReview(r *http.Request) (*podReview, int32, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		return nil, http.StatusBadRequest, fmt.Errorf("Content-Type %q: an AdmissionReview must be sent as application/json", ct)
+	}
+	if r.Body == nil {
+		return nil, http.StatusBadRequest, errors.New("empty body: send an AdmissionReview")
+	}
+	defer r.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewSize+1))
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("read AdmissionReview: %w", err)
+	}
+	if len(body) > maxReviewSize {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview larger than %d bytes", maxReviewSize)
+	}
+	review := &podReview{}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+		return envelope(body, err)
+	}
+	if err := checkEnvelope(review.APIVersion, review.Kind, review.Request != nil); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	return review, 0, nil
+}
+
+// envelope explains a review the one-pass decode refused. A review whose envelope is sound but
+// whose pod is not gets the error Handle gives, with the review's UID, so the API server shows the
+// user what is wrong with the pod rather than a UID mismatch.
+func envelope(body []byte, decodeErr error) (*podReview, int32, error) {
+	raw := &admissionReview[json.RawMessage]{}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(body, raw); err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("decode AdmissionReview: %w", err)
+	}
+	if err := checkEnvelope(raw.APIVersion, raw.Kind, raw.Request != nil); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	review := &podReview{APIVersion: raw.APIVersion, Kind: raw.Kind, Request: &reviewRequest[podView]{UID: raw.Request.UID}}
+	if _, err := decodePod(raw.Request.Object); err != nil {
+		return review, http.StatusBadRequest, err
+	}
+	return review, http.StatusBadRequest, fmt.Errorf("decode AdmissionReview: %w", decodeErr)
+}
+
+func checkEnvelope(apiVersion, kind string, hasRequest bool) error {
+	if kind != "AdmissionReview" || (apiVersion != admissionv1.SchemeGroupVersion.String() && apiVersion != admissionv1beta1.SchemeGroupVersion.String()) {
+		return fmt.Errorf("apiVersion %q, kind %q: want an AdmissionReview of admission.k8s.io/v1 or v1beta1", apiVersion, kind)
+	}
+	if !hasRequest {
+		return errors.New("AdmissionReview without request")
+	}
+	return nil
+}
+
+// handleRecovered turns a panic into an error response, as admission.Webhook does, so one bad pod
+// cannot take the connection down with it.
+func (h *Handler) handleRecovered(ctx context.Context, review *podReview) (resp admission.Response) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.FromContext(ctx).Error(fmt.Errorf("%v", r), "Pod injection panicked", "uid", review.Request.UID)
+			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("panic: %v [recovered]", r))
+		}
+	}()
+	return h.handle(ctx, review.Request.Namespace, review.Request.DryRun, &review.Request.Object)
+}
