@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +20,8 @@ import (
 // writes the CDI spec and saves the checkpoint), and the plugin's RSS with 100 prepared claims.
 // As on a node, the CDI specs go to tmpfs (/var/run/cdi there, /dev/shm here) and the checkpoint
 // to the disk. The API server read is measured on its own too (api-get-*): the kubeletplugin
-// library does one per claim, and it is the floor under every prepare.
+// library does one per claim, and it is the floor under every prepare. Then testdata/floor, a
+// plugin of the libraries alone, goes through the same steps (floor-*).
 //
 //	KUBEBUILDER_ASSETS=... go test ./cmd/gpu-kubelet-plugin -run '^$' -bench PrepareUnprepare
 func BenchmarkPrepareUnprepare(b *testing.B) {
@@ -42,7 +44,7 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 		claims[i] = c.allocatedClaim(b, ctx, fmt.Sprintf("bench-%d", i), []string{fmt.Sprintf("gpu-%d", i)})
 	}
 
-	var get, prep, unprep, pair []time.Duration
+	var get []time.Duration
 	for i := range 1000 {
 		start := time.Now()
 		if _, err := c.claims.ResourceClaims(namespace).Get(ctx, claims[i%pool].Name, metav1.GetOptions{}); err != nil {
@@ -50,22 +52,12 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 		}
 		get = append(get, time.Since(start))
 	}
-	i := 0
+	var prep, unprep []time.Duration
+	cycles := 0
 	for b.Loop() {
-		claim := claims[i%pool]
-		i++
-		start := time.Now()
-		if _, err := k.prepare(ctx, claim); err != nil {
-			b.Fatal(err)
-		}
-		mid := time.Now()
-		if err := k.unprepare(ctx, claim); err != nil {
-			b.Fatal(err)
-		}
-		end := time.Now()
-		prep = append(prep, mid.Sub(start))
-		unprep = append(unprep, end.Sub(mid))
-		pair = append(pair, end.Sub(start))
+		p, u := cycle(b, ctx, k, claims[cycles%pool])
+		prep, unprep = append(prep, p), append(unprep, u)
+		cycles++
 	}
 	b.StopTimer()
 	report := func(name string, d []time.Duration) {
@@ -76,31 +68,66 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 	report("api-get", get)
 	report("prepare", prep)
 	report("unprepare", unprep)
-	report("pair", pair)
-
-	if _, err := k.prepare(ctx, claims...); err != nil {
-		b.Fatal(err)
-	}
+	rss, anon := rssWith(b, ctx, p, k, claims)
+	b.ReportMetric(rss, "rss-MiB-100-claims")
+	b.ReportMetric(anon, "rss-anon-MiB-100-claims")
 	if entries := c.consistent(b); len(entries) != pool {
 		b.Fatalf("%d claims prepared, want %d", len(entries), pool)
 	}
-	rss, err := rssMiB(p.cmd.Process.Pid)
+
+	// The floor: the libraries alone (testdata/floor), the same claims, the same number of
+	// cycles, the same measurement. What the plugin costs beyond it is what its own code adds.
+	p.kill()
+	floor := filepath.Join(binDir, "floor")
+	if err := buildBinary("./testdata/floor", floor); err != nil {
+		b.Fatal(err)
+	}
+	fp := c.startBinary(b, floor, "", "--kube-api-qps=1000", "--kube-api-burst=1000")
+	fk := fp.register(ctx, false)
+	prep, unprep = prep[:0], unprep[:0]
+	for i := range cycles {
+		p, u := cycle(b, ctx, fk, claims[i%pool])
+		prep, unprep = append(prep, p), append(unprep, u)
+	}
+	report("floor-prepare", prep)
+	report("floor-unprepare", unprep)
+	rss, anon = rssWith(b, ctx, fp, fk, claims)
+	b.ReportMetric(rss, "floor-rss-MiB-100-claims")
+	b.ReportMetric(anon, "floor-rss-anon-MiB-100-claims")
+}
+
+// cycle prepares and unprepares one claim through the kubelet's gRPC calls.
+func cycle(b *testing.B, ctx context.Context, k *kubelet, claim *resourceapi.ResourceClaim) (prepare, unprepare time.Duration) {
+	start := time.Now()
+	if _, err := k.prepare(ctx, claim); err != nil {
+		b.Fatal(err)
+	}
+	mid := time.Now()
+	if err := k.unprepare(ctx, claim); err != nil {
+		b.Fatal(err)
+	}
+	return mid.Sub(start), time.Since(mid)
+}
+
+// rssWith prepares all claims and returns p's RSS and its anonymous part. VmRSS counts the
+// binary's file-backed pages the kernel mapped in (shared page cache) as well as the process's own
+// anonymous memory; the split lets the number be read correctly.
+func rssWith(b *testing.B, ctx context.Context, p *plugin, k *kubelet, claims []*resourceapi.ResourceClaim) (rss, anon float64) {
+	if _, err := k.prepare(ctx, claims...); err != nil {
+		b.Fatal(err)
+	}
+	rss, err := procStatusMiB(p.cmd.Process.Pid, "VmRSS:")
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(rss, "rss-MiB-100-claims")
-	// VmRSS counts the binary's file-backed pages the kernel mapped in (shared page cache) as well as
-	// the process's own anonymous memory; report the split so the number can be read correctly.
-	anon, err := procStatusMiB(p.cmd.Process.Pid, "RssAnon:")
+	anon, err = procStatusMiB(p.cmd.Process.Pid, "RssAnon:")
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(anon, "rss-anon-MiB-100-claims")
+	return rss, anon
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func rssMiB(pid int) (float64, error) { return procStatusMiB(pid, "VmRSS:") }
 
 func procStatusMiB(pid int, field string) (float64, error) {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

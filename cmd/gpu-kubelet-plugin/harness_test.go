@@ -42,8 +42,20 @@ const (
 	v1Only = "resource.k8s.io/v1=true,resource.k8s.io/v1beta2=false,resource.k8s.io/v1beta1=false"
 )
 
-// binary is built once in TestMain.
-var binary string
+// binary is built once in TestMain, in binDir.
+var binary, binDir string
+
+// buildBinary builds pkg as `make build` builds what the image ships, so RSS and timings are of
+// that binary.
+func buildBinary(pkg, out string) error {
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return nil
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gkp-bin")
@@ -51,13 +63,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binDir = dir
 	binary = filepath.Join(dir, "gpu-kubelet-plugin")
-	// Built as `make build` builds what the image ships, so RSS and timings are of that binary.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", binary, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "go build gpu-kubelet-plugin:", err)
+	if err := buildBinary(".", binary); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -142,6 +151,12 @@ func freeAddr(t testing.TB) string {
 
 func (c *cluster) startPlugin(t testing.TB, podUID string, extraArgs ...string) *plugin {
 	t.Helper()
+	return c.startBinary(t, binary, podUID, extraArgs...)
+}
+
+// startBinary starts bin with the plugin's flags: gpu-kubelet-plugin, or the benchmark's floor.
+func (c *cluster) startBinary(t testing.TB, bin, podUID string, extraArgs ...string) *plugin {
+	t.Helper()
 	p := &plugin{t: t, c: c, podUID: podUID, healthAddr: freeAddr(t), metricAddr: freeAddr(t), exited: make(chan error, 1)}
 	logFile, err := os.CreateTemp(filepath.Dir(c.kubeconfig), "plugin-*.log")
 	if err != nil {
@@ -158,7 +173,7 @@ func (c *cluster) startPlugin(t testing.TB, podUID string, extraArgs ...string) 
 		"--metrics-addr=" + p.metricAddr,
 		"-v=3",
 	}, extraArgs...)
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(bin, args...)
 	// Like the DaemonSet: node name and pod UID from the downward API.
 	p.cmd.Env = append(os.Environ(), "NODE_NAME="+c.node, "POD_UID="+podUID)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
