@@ -11,7 +11,7 @@ run -bench 'BenchmarkValidate' -benchtime 3000x ./webhook/claimvalidation
 # The chart runs the webhook with GOGC=400 (values: webhook.gogc); so do its benchmarks.
 GOGC=400 run -bench 'BenchmarkMutatePodLoopbackTLS' -benchtime 3000x ./webhook/podinject
 GOGC=400 run -bench 'BenchmarkMutatePodLoadTool' -benchtime 3000x ./webhook/podinject
-run -bench 'BenchmarkHandle' -benchmem ./webhook/podinject
+run -bench 'BenchmarkHandle|BenchmarkReview' -benchmem ./webhook/podinject
 run -bench 'BenchmarkPrepareUnprepare' -benchtime 1000x ./cmd/gpu-kubelet-plugin
 run -bench 'BenchmarkDriverPrepareUnprepare' -benchtime 1000x ./driver/plugin
 "${BENCHSTAT:-benchstat}" "$out"

@@ -5,6 +5,7 @@ import (
 
 	"errors"
 	"github.com/go-logr/logr"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -105,7 +106,7 @@ var setLogger sync.Once
 // each review.
 func setControllerRuntimeLogger(l logr.Logger) { setLogger.Do(func() { ctrllog.SetLogger(l) }) }
 
-func startWebhookServer(t testing.TB, host string, port int, certDir string, h *Handler) func() {
+func startWebhookServer(t testing.TB, host string, port int, certDir string, h http.Handler) func() {
 	t.Helper()
 	setControllerRuntimeLogger(klog.Background())
 	server := webhook.NewServer(webhook.Options{Host: host, Port: port, CertDir: certDir, TLSOpts: certs.TLSOpts()})

@@ -21,7 +21,7 @@ func BenchmarkMutatePodLoadTool(b *testing.B) {
 	if vegeta == "" {
 		b.Skip("SKIPPED: set VEGETA to the vegeta load tool (`make bench` does; `make deps` installs it)")
 	}
-	srv := startBenchServer(b)
+	srv := startBenchServer(b, false)
 	dir := b.TempDir()
 	bodyFile := filepath.Join(dir, "review.json")
 	if err := os.WriteFile(bodyFile, srv.body, 0o600); err != nil {
