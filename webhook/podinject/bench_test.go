@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -160,6 +161,10 @@ func startBenchServer(b *testing.B, canned bool) benchServer {
 	// The webhook at klog's default verbosity logs nothing per review either; discarding keeps the
 	// benchmark lines free of the server's start-up messages.
 	setControllerRuntimeLogger(logr.Discard())
+	// net/http logs handshakes the stopping server cuts off ("TLS handshake error ... context
+	// canceled") through the standard logger, into the middle of a benchmark's result line.
+	log.SetOutput(io.Discard)
+	b.Cleanup(func() { log.SetOutput(os.Stderr) })
 	b.Cleanup(startWebhookServer(b, "127.0.0.1", port, dir, serve))
 
 	pool := x509.NewCertPool()
