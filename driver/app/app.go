@@ -32,6 +32,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/inventory"
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/internal/servedversion"
 )
 
 // Options are the plugin's settings; each has a flag of the same name in cmd/gpu-kubelet-plugin.
@@ -130,7 +131,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	version, err := plugin.ServedResourceVersion(clientset.Discovery())
+	// The library's client (used by the helper and the ResourceSlice controller) has no discovery
+	// of its own: it starts with v1 and moves on when a call gets a 404. That finds the same
+	// version, but a cluster without DRA would only show as endless 404 retries in the background;
+	// checking up front fails with a message that says what to enable.
+	version, err := servedversion.Newest(clientset.Discovery())
 	if err != nil {
 		return err
 	}

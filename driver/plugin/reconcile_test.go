@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
@@ -189,40 +187,6 @@ func TestReconcileKeepsClaimsOnAPIErrors(t *testing.T) {
 	}
 	if res.Prepared != 1 || len(res.Unprepared) != 0 {
 		t.Errorf("result %+v, want the claim kept", res)
-	}
-}
-
-func TestServedResourceVersion(t *testing.T) {
-	tests := []struct {
-		served  []string
-		want    string
-		wantErr string
-	}{
-		{served: []string{"v1", "v1beta2", "v1beta1"}, want: "v1"},
-		{served: []string{"v1beta1"}, want: "v1beta1"},
-		{served: []string{"v1beta2", "v1beta1"}, want: "v1beta2"},
-		{served: nil, wantErr: "enable Dynamic Resource Allocation"},
-		{served: []string{"v1alpha3"}, wantErr: "serves none of resource.k8s.io"},
-	}
-	for _, tc := range tests {
-		t.Run(strings.Join(tc.served, ","), func(t *testing.T) {
-			client := fake.NewClientset()
-			disc := client.Discovery().(*fakediscovery.FakeDiscovery)
-			for _, v := range tc.served {
-				disc.Resources = append(disc.Resources, &metav1.APIResourceList{GroupVersion: "resource.k8s.io/" + v,
-					APIResources: []metav1.APIResource{{Name: "resourceslices"}}})
-			}
-			got, err := ServedResourceVersion(disc)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Errorf("= %q, %v; want %q", got, err, tc.want)
-			}
-		})
 	}
 }
 

@@ -5,7 +5,6 @@ package apiserver
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -14,6 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gpu-dra/gpu-dra/internal/servedversion"
 )
 
 // AssetsEnv names the directory holding kube-apiserver, etcd and kubectl (`make envtest-assets`).
@@ -116,18 +117,9 @@ func Start(t testing.TB, opts ...Option) *Server {
 // ServedResourceVersions lists the resource.k8s.io versions the server serves, newest first.
 func (s *Server) ServedResourceVersions(t testing.TB) []string {
 	t.Helper()
-	groups, err := s.Clientset.Discovery().ServerGroups()
+	served, err := servedversion.Served(s.Clientset.Discovery())
 	if err != nil {
-		t.Fatalf("discovery: %v", err)
+		t.Fatal(err)
 	}
-	var out []string
-	for _, g := range groups.Groups {
-		if g.Name != "resource.k8s.io" {
-			continue
-		}
-		for _, v := range g.Versions {
-			out = append(out, strings.TrimPrefix(v.GroupVersion, "resource.k8s.io/"))
-		}
-	}
-	return out
+	return served
 }

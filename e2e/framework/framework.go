@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpu-dra/gpu-dra/internal/servedversion"
 )
 
 // Cluster is the cluster under test: the one $KUBECONFIG names.
@@ -194,23 +196,9 @@ func (c *Cluster) WaitForPodPhase(t *testing.T, ns, name string, timeout time.Du
 // v1beta1), so one suite runs on 1.32 through 1.37.
 func (c *Cluster) NewestResourceVersion(t *testing.T) string {
 	t.Helper()
-	groups, err := c.Clientset.Discovery().ServerGroups()
+	v, err := servedversion.Newest(c.Clientset.Discovery())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range groups.Groups {
-		if g.Name == "resource.k8s.io" {
-			served := map[string]bool{}
-			for _, v := range g.Versions {
-				served[v.Version] = true
-			}
-			for _, v := range []string{"v1", "v1beta2", "v1beta1"} {
-				if served[v] {
-					return v
-				}
-			}
-		}
-	}
-	t.Fatal("the cluster does not serve resource.k8s.io: enable DynamicResourceAllocation (1.32/1.33: feature gate + runtime-config)")
-	return ""
+	return v
 }

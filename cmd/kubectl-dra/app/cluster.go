@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 
+	"github.com/gpu-dra/gpu-dra/internal/servedversion"
 	"github.com/gpu-dra/gpu-dra/webhook/manifest"
 )
 
@@ -35,18 +36,13 @@ func servedVersions(flags *genericclioptions.ConfigFlags) (map[string]bool, erro
 	if err != nil {
 		return nil, err
 	}
-	groups, err := cs.Discovery().ServerGroups()
+	versions, err := servedversion.Served(cs.Discovery())
 	if err != nil {
-		return nil, fmt.Errorf("discovery: %w", err)
+		return nil, err
 	}
 	served := map[string]bool{}
-	for _, g := range groups.Groups {
-		if g.Name != manifest.Group {
-			continue
-		}
-		for _, v := range g.Versions {
-			served[v.Version] = true
-		}
+	for _, v := range versions {
+		served[v] = true
 	}
 	return served, nil
 }
@@ -54,16 +50,11 @@ func servedVersions(flags *genericclioptions.ConfigFlags) (map[string]bool, erro
 // newestServedVersion returns the newest resource.k8s.io version the cluster serves that this
 // tool converts to.
 func newestServedVersion(flags *genericclioptions.ConfigFlags) (string, error) {
-	served, err := servedVersions(flags)
+	cs, err := clientset(flags)
 	if err != nil {
 		return "", err
 	}
-	for _, v := range manifest.Versions {
-		if served[v] {
-			return v, nil
-		}
-	}
-	return "", fmt.Errorf("the cluster serves no resource.k8s.io version of %v; is DRA enabled (--runtime-config=resource.k8s.io/v1beta1=true on 1.32)?", manifest.Versions)
+	return servedversion.Newest(cs.Discovery())
 }
 
 // liveInventory lists the cluster's ResourceSlices and DeviceClasses in whichever version it
