@@ -1,6 +1,7 @@
 package podinject
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,10 +89,16 @@ func readPodReview(r *http.Request) (*podReview, int32, error) {
 		return nil, http.StatusBadRequest, errors.New("empty body: send an AdmissionReview")
 	}
 	defer r.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewSize+1))
-	if err != nil {
+	// Sized from Content-Length: io.ReadAll would grow and copy its buffer several times.
+	size := r.ContentLength
+	if size < 0 || size > maxReviewSize {
+		size = 0
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, maxReviewSize+1)); err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("read AdmissionReview: %w", err)
 	}
+	body := buf.Bytes()
 	if len(body) > maxReviewSize {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview larger than %d bytes", maxReviewSize)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
@@ -130,5 +131,40 @@ func TestTemplateNames(t *testing.T) {
 		if n == base {
 			t.Errorf("a different %s must give a different template, both are %s", what, n)
 		}
+	}
+}
+
+// TestTemplateCache: the handler's cached template is the one options.template builds, in the
+// asked namespace, and what one caller does to its copy never reaches the next.
+func TestTemplateCache(t *testing.T) {
+	h, err := NewHandler(&fakeClient{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := resource.MustParse("40Gi")
+	req := Request{Count: 2, Model: "LATEST-GPU-MODEL", Memory: &mem}
+	want, err := h.opts.template("b", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := h.template("a", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Labels["tampered"] = "yes"
+	first.Spec.Spec.Devices.Requests[0].Exactly.Selectors[0].CEL.Expression = "true"
+	second, err := h.template("b", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(second, want) {
+		t.Errorf("cached template:\n%+v\nwant\n%+v", second, want)
+	}
+	other, err := h.template("b", Request{Count: 2, Model: "LATEST-GPU-MODEL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Name == second.Name {
+		t.Errorf("requests with and without memory share template %s", other.Name)
 	}
 }
