@@ -95,7 +95,8 @@ func FuzzHandle(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	viaWebhook, viaServeHTTP := servers(h)["admission.Webhook"], servers(h)["ServeHTTP"]
+	served := servers(h)
+	viaWebhook, viaServeHTTP := served["admission.Webhook"], served["ServeHTTP"]
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if !json.Valid(raw) {
 			// Not a review the API server could send; TestServeHTTPBadReview covers bad bodies.

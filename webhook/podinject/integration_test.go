@@ -2,9 +2,7 @@ package podinject
 
 import (
 	"context"
-
 	"errors"
-	"github.com/go-logr/logr"
 	"net/http"
 	"os"
 	"slices"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -97,8 +96,6 @@ func startEnv(t *testing.T, runtimeConfig string) *env {
 	}
 }
 
-// startWebhookServer serves h at /mutate-pod the way cmd/gpu-webhook does, and returns a function
-// that stops it (also run at cleanup).
 var setLogger sync.Once
 
 // setControllerRuntimeLogger sets the logger once per test binary, as cmd/gpu-webhook does: without
@@ -106,6 +103,8 @@ var setLogger sync.Once
 // each review.
 func setControllerRuntimeLogger(l logr.Logger) { setLogger.Do(func() { ctrllog.SetLogger(l) }) }
 
+// startWebhookServer serves h at /mutate-pod the way cmd/gpu-webhook does, and returns a function
+// that stops it (also run at cleanup).
 func startWebhookServer(t testing.TB, host string, port int, certDir string, h http.Handler) func() {
 	t.Helper()
 	setControllerRuntimeLogger(klog.Background())
