@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,7 @@ const maxReviewSize = 7 << 20
 // pass as the review: controller-runtime's admission.Webhook scans a pod four times (to find the
 // kind, to validate, to copy it out, then the handler decodes it), which cost more CPU per review
 // than the injection itself and kept the p99 over the 1 ms target at 1,000 reviews per second.
-type podReview = admissionReview[podView]
+type podReview = admissionReview[*podView]
 
 // admissionReview is an AdmissionReview whose request object decodes into O.
 type admissionReview[O any] struct {
@@ -102,14 +103,30 @@ func readPodReview(r *http.Request) (*podReview, int32, error) {
 	if len(body) > maxReviewSize {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview larger than %d bytes", maxReviewSize)
 	}
-	review := &podReview{}
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+	review, err := decodeReview(body)
+	if err != nil {
 		return envelope(body, err)
 	}
 	if err := checkEnvelope(review.APIVersion, review.Kind, review.Request != nil); err != nil {
 		return nil, http.StatusBadRequest, err
 	}
 	return review, 0, nil
+}
+
+// decodeReview decodes with encoding/json/v2 (the module that mirrors it until Go 1.27), which
+// validates and decodes in a single pass at twice the speed of encoding/json. Its defaults are
+// stricter (duplicate names, invalid UTF-8); whatever it refuses is decoded again the way Handle
+// decodes, so a review gets the same answer either way (FuzzHandle compares the two).
+func decodeReview(body []byte) (*podReview, error) {
+	review := &podReview{}
+	if err := jsonv2.Unmarshal(body, review); err == nil {
+		return review, nil
+	}
+	review = &podReview{}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+		return nil, err
+	}
+	return review, nil
 }
 
 // envelope explains a review the one-pass decode refused. A review whose envelope is sound but
@@ -123,7 +140,7 @@ func envelope(body []byte, decodeErr error) (*podReview, int32, error) {
 	if err := checkEnvelope(raw.APIVersion, raw.Kind, raw.Request != nil); err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	review := &podReview{APIVersion: raw.APIVersion, Kind: raw.Kind, Request: &reviewRequest[podView]{UID: raw.Request.UID}}
+	review := &podReview{APIVersion: raw.APIVersion, Kind: raw.Kind, Request: &reviewRequest[*podView]{UID: raw.Request.UID}}
 	if _, err := decodePod(raw.Request.Object); err != nil {
 		return review, http.StatusBadRequest, err
 	}
@@ -149,5 +166,11 @@ func (h *Handler) handleRecovered(ctx context.Context, review *podReview) (resp 
 			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("panic: %v [recovered]", r))
 		}
 	}()
-	return h.handle(ctx, review.Request.Namespace, review.Request.DryRun, &review.Request.Object)
+	pod := review.Request.Object
+	if pod == nil {
+		// A missing or null object fails in Handle's decoder too; give its answer.
+		_, err := decodePod(nil)
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	return h.handle(ctx, review.Request.Namespace, review.Request.DryRun, pod)
 }
