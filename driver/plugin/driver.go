@@ -113,10 +113,9 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	data, err := d.store.Load()
+	data, err := d.loadCheckpoint()
 	if err != nil {
-		d.metrics.Error("checkpoint")
-		return nil, fmt.Errorf("load checkpoint: %w", err)
+		return nil, err
 	}
 	inUse := devicesInUse(data.Claims)
 	var added []types.UID
@@ -155,12 +154,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 	}
 	if len(added) > 0 {
-		if err := d.store.Save(data); err != nil {
-			d.metrics.Error("checkpoint")
+		if err := d.saveCheckpoint(data); err != nil {
 			// Without the entry the spec would be an orphan; remove it and let the kubelet retry.
 			for _, uid := range added {
 				_ = d.cdi.Remove(uid)
-				result[uid] = kubeletplugin.PrepareResult{Err: fmt.Errorf("save checkpoint: %w", err)}
+				result[uid] = kubeletplugin.PrepareResult{Err: err}
 			}
 		}
 	}
@@ -226,10 +224,9 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	}
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	data, err := d.store.Load()
+	data, err := d.loadCheckpoint()
 	if err != nil {
-		d.metrics.Error("checkpoint")
-		return nil, fmt.Errorf("load checkpoint: %w", err)
+		return nil, err
 	}
 	changed := false
 	for _, c := range claims {
@@ -239,9 +236,8 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		}
 	}
 	if changed {
-		if err := d.store.Save(data); err != nil {
-			d.metrics.Error("checkpoint")
-			return nil, fmt.Errorf("save checkpoint: %w", err)
+		if err := d.saveCheckpoint(data); err != nil {
+			return nil, err
 		}
 	}
 	for _, c := range claims {
@@ -255,6 +251,25 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		d.metrics.ObserveUnprepare(per, err)
 	}
 	return result, nil
+}
+
+// loadCheckpoint and saveCheckpoint count failures in the errors metric, so an alert sees a
+// failing disk before the kubelet's retries do.
+func (d *Driver) loadCheckpoint() (*checkpoint.Data, error) {
+	data, err := d.store.Load()
+	if err != nil {
+		d.metrics.Error("checkpoint")
+		return nil, fmt.Errorf("load checkpoint: %w", err)
+	}
+	return data, nil
+}
+
+func (d *Driver) saveCheckpoint(data *checkpoint.Data) error {
+	if err := d.store.Save(data); err != nil {
+		d.metrics.Error("checkpoint")
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
 }
 
 // HandleError logs background errors of the helper. Publishing errors are recoverable (the library

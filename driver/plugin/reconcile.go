@@ -145,9 +145,8 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 		}
 	}
 	if changed || res.Corrupt != nil {
-		if err := d.store.Save(data); err != nil {
-			d.metrics.Error("checkpoint")
-			return nil, fmt.Errorf("save reconciled checkpoint: %w", err)
+		if err := d.saveCheckpoint(data); err != nil {
+			return nil, fmt.Errorf("reconcile: %w", err)
 		}
 	}
 	for _, uid := range res.Unprepared {
