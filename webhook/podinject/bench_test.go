@@ -22,7 +22,6 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/yaml"
@@ -60,14 +59,7 @@ func BenchmarkHandle(b *testing.B) {
 // BenchmarkReview is one AdmissionReview from body to answer, without network: through
 // controller-runtime's admission.Webhook and through the handler's one-pass ServeHTTP.
 func BenchmarkReview(b *testing.B) {
-	req := admissionRequest(b, admissionv1.Create, false, benchPod(b))
-	body, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request:  &req.AdmissionRequest,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	body := reviewBody(b, admissionv1.SchemeGroupVersion.String(), admissionRequest(b, admissionv1.Create, false, benchPod(b)))
 	for _, name := range []string{"admission.Webhook", "ServeHTTP"} {
 		b.Run(name, func(b *testing.B) {
 			h, err := NewHandler(&fakeClient{})
@@ -80,9 +72,7 @@ func BenchmarkReview(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				r := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-				r.Header.Set("Content-Type", "application/json")
-				serve.ServeHTTP(httptest.NewRecorder(), r)
+				serve.ServeHTTP(httptest.NewRecorder(), httpReview("application/json", body))
 			}
 		})
 	}
@@ -127,19 +117,11 @@ func startBenchServer(b *testing.B, canned bool) benchServer {
 	}
 	req := admissionRequest(b, admissionv1.Create, false, benchPod(b))
 	req.UID = types.UID("uid-0")
-	body, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request:  &req.AdmissionRequest,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	body := reviewBody(b, admissionv1.SchemeGroupVersion.String(), req)
 	var serve http.Handler = h
 	if canned {
 		answer := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(answer, r)
+		h.ServeHTTP(answer, httpReview("application/json", body))
 		serve = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")

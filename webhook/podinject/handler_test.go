@@ -136,6 +136,16 @@ func servers(h *Handler) map[string]http.Handler {
 // and returns the response after checking it echoes the version and the UID.
 func review(t testing.TB, serve http.Handler, apiVersion string, req admission.Request) *admissionv1.AdmissionResponse {
 	t.Helper()
+	out := post(t, serve, "application/json", reviewBody(t, apiVersion, req))
+	if out.APIVersion != apiVersion || out.Response.UID != req.UID {
+		t.Fatalf("answered %s for UID %q, want %s for %q", out.APIVersion, out.Response.UID, apiVersion, req.UID)
+	}
+	return out.Response
+}
+
+// reviewBody is req as the API server sends it: an AdmissionReview of apiVersion.
+func reviewBody(t testing.TB, apiVersion string, req admission.Request) []byte {
+	t.Helper()
 	body, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "AdmissionReview"},
 		Request:  &req.AdmissionRequest,
@@ -143,20 +153,21 @@ func review(t testing.TB, serve http.Handler, apiVersion string, req admission.R
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := post(t, serve, "application/json", body)
-	if out.APIVersion != apiVersion || out.Response.UID != req.UID {
-		t.Fatalf("answered %s for UID %q, want %s for %q", out.APIVersion, out.Response.UID, apiVersion, req.UID)
-	}
-	return out.Response
+	return body
+}
+
+// httpReview is the HTTP request that carries body to the webhook's path.
+func httpReview(contentType string, body []byte) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
+	r.Header.Set("Content-Type", contentType)
+	return r
 }
 
 // post sends body to serve and decodes the AdmissionReview it answers with.
 func post(t testing.TB, serve http.Handler, contentType string, body []byte) admissionv1.AdmissionReview {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-	r.Header.Set("Content-Type", contentType)
 	w := httptest.NewRecorder()
-	serve.ServeHTTP(w, r)
+	serve.ServeHTTP(w, httpReview(contentType, body))
 	var out admissionv1.AdmissionReview
 	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil {
 		t.Fatalf("status %d, answer %q: not an AdmissionReview response (%v)", w.Code, w.Body.String(), err)
