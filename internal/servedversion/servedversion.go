@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
+	resourcev1beta1 "k8s.io/api/resource/v1beta1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	"k8s.io/client-go/discovery"
 )
 
@@ -16,7 +18,7 @@ const Group = resourceapi.GroupName
 
 // Known are the versions k8s.io/dynamic-resource-allocation/client converts to and from, newest
 // first.
-var Known = []string{"v1", "v1beta2", "v1beta1"}
+var Known = []string{resourceapi.SchemeGroupVersion.Version, resourcev1beta2.SchemeGroupVersion.Version, resourcev1beta1.SchemeGroupVersion.Version}
 
 // Served returns the versions of Group the server serves that are Known, newest first.
 func Served(d discovery.ServerGroupsInterface) ([]string, error) {

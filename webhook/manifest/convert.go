@@ -4,21 +4,21 @@ import (
 	"encoding/json"
 
 	resourceapi "k8s.io/api/resource/v1"
-	resourcev1beta1 "k8s.io/api/resource/v1beta1"
-	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra/internal/servedversion"
 	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
 )
 
 // Group is the API group whose objects are converted.
 const Group = resourceapi.GroupName
 
-// Versions lists the resource.k8s.io versions this package converts between, newest first.
-var Versions = []string{resourceapi.SchemeGroupVersion.Version, resourcev1beta2.SchemeGroupVersion.Version, resourcev1beta1.SchemeGroupVersion.Version}
+// Versions lists the resource.k8s.io versions this package converts between, newest first: the
+// ones the cluster-side code talks in.
+var Versions = servedversion.Known
 
 // Kinds that are converted; every other document passes through untouched.
 const (
