@@ -49,39 +49,39 @@ integration: envtest-assets ## unit + integration tests against a real kube-apis
 fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
 	@hack/fuzz.sh $(FUZZTIME)
 
-bench: envtest-assets ## the README's benchmarks, COUNT=5 runs each, through benchstat
-	@[ -x $(TOOLS)/vegeta ] && [ -x $(TOOLS)/benchstat ] || hack/install-deps.sh
+bench: deps envtest-assets ## the README's benchmarks, COUNT=5 runs each, through benchstat
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat VEGETA=$(TOOLS)/vegeta hack/bench.sh
 
-lint: ## gofmt, go vet, staticcheck
+lint: ## gofmt, go vet, staticcheck, every README target that needs Debian packages runs `make deps`
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 	go vet ./...
 	@[ -x $(TOOLS)/staticcheck ] || hack/install-deps.sh
 	$(TOOLS)/staticcheck ./...
 	@for s in $$(git ls-files '*.sh'); do bash -n $$s; done
+	@hack/verify-make-deps.sh
 
 images: build ## build image tarballs (no container engine needed)
 	@e2e/cluster/images.sh build
 
-cluster-up: ## start the local cluster (MODE=full|controlplane, K8S_VERSION, RUNTIME_CONFIG, FEATURE_GATES)
+cluster-up: deps ## start the local cluster (MODE=full|controlplane, K8S_VERSION, RUNTIME_CONFIG, FEATURE_GATES)
 	@e2e/cluster/up.sh
 
 cluster-down: ## stop the local cluster and clean up (WIPE=1 deletes its state)
 	@e2e/cluster/down.sh
 
-e2e: images ## end-to-end suite: on $$KUBECONFIG's cluster if set, else on a local cluster it starts and stops
+e2e: deps images ## end-to-end suite: on $$KUBECONFIG's cluster if set, else on a local cluster it starts and stops
 	@e2e/run.sh
 
-e2e-matrix: ## the e2e suite on 1.32.13 (seed's beta flags), 1.34.2 and 1.37.2
+e2e-matrix: deps images ## the e2e suite on 1.32.13 (seed's beta flags), 1.34.2 and 1.37.2
 	@e2e/run.sh matrix
 
-e2e-upgrade: images ## the seed's story as an in-place upgrade 1.32.13 -> 1.33.13 -> 1.34.2 (own cluster; ~25 min cold)
+e2e-upgrade: deps images ## the seed's story as an in-place upgrade 1.32.13 -> 1.33.13 -> 1.34.2 (own cluster; ~25 min cold)
 	@e2e/upgrade.sh
 
-demo: images ## a local cluster, the chart installed, the seed's example run and shown
+demo: deps images ## a local cluster, the chart installed, the seed's example run and shown
 	@e2e/demo.sh
 
-test: lint integration fuzz e2e ## everything: lint, unit, integration, fuzz, e2e
+test: deps lint integration fuzz e2e ## everything: lint, unit, integration, fuzz, e2e
 
 clean:
 	rm -rf _output

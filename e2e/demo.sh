@@ -78,8 +78,8 @@ spec:
   restartPolicy: Never
   containers:
   - name: app
-    image: docker.io/library/busybox:1.35
-    imagePullPolicy: Never
+    image: busybox:1.37.0-glibc   # the seed pod's image (imported locally; no registry here)
+    imagePullPolicy: IfNotPresent
     command: ["sh", "-c", "env | grep ^GPU_DEVICE | sort; sleep 600"]
 YAML
   kubectl -n "$NS" wait --for=condition=Ready pod/demo-annotated --timeout=120s >/dev/null
