@@ -15,8 +15,8 @@ PROJECT_IMAGE ?= ghcr.io/gpu-dra/gpu-dra:$(VERSION)
 export PROJECT_IMAGE
 BINARIES := gpu-kubelet-plugin gpu-webhook kubectl-dra
 FUZZTIME ?= 10s
-# Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/upgrade/.
-UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/upgrade$$')
+# Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/clusterupgrade/.
+UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$')
 
 .PHONY: all build deps unit integration fuzz bench lint test e2e e2e-matrix e2e-upgrade demo \
 	cluster-up cluster-down images envtest-assets clean help
@@ -76,7 +76,7 @@ e2e-matrix: deps images ## the e2e suite on 1.32.13 (seed's beta flags), 1.34.2 
 	@e2e/run.sh matrix
 
 e2e-upgrade: deps images ## the seed's story as an in-place upgrade 1.32.13 -> 1.33.13 -> 1.34.2 (own cluster; ~25 min cold)
-	@e2e/upgrade.sh
+	@e2e/clusterupgrade.sh
 
 demo: deps images ## a local cluster, the chart installed, the seed's example run and shown
 	@e2e/demo.sh

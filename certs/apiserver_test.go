@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/gpu-dra/gpu-dra/certs"
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
 const (
@@ -41,7 +41,7 @@ const (
 
 // TestAgainstAPIServer runs the certificate machinery against a real kube-apiserver.
 func TestAgainstAPIServer(t *testing.T) {
-	srv := apiserver.Start(t)
+	srv := testapiserver.Start(t)
 	ctx := t.Context()
 	cs := srv.Clientset
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -235,7 +235,7 @@ func (r replica) served(caBundle []byte) ([]byte, error) {
 // server, against the same Secret, as two webhook replicas would. Exactly one certificate must
 // survive, both must serve it, and the caBundle must verify it; after a renewal both serve the
 // new one without a restart.
-func testTwoReplicas(t *testing.T, srv *apiserver.Server) {
+func testTwoReplicas(t *testing.T, srv *testapiserver.Server) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	cs := srv.Clientset

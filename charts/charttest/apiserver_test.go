@@ -35,7 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/certs"
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
 // applier creates rendered objects on a real API server, as `helm install` would.
@@ -100,11 +100,11 @@ func TestInstallOnAPIServer(t *testing.T) {
 		runtimeConfig string
 		c             cluster
 	}{
-		{"v1beta1-only-like-1.32", apiserver.V1Beta1Only, clusters[0]},
-		{"v1-like-1.34", apiserver.AllVersions, clusters[1]},
+		{"v1beta1-only-like-1.32", testapiserver.V1Beta1Only, clusters[0]},
+		{"v1-like-1.34", testapiserver.AllVersions, clusters[1]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := apiserver.Start(t, apiserver.WithRuntimeConfig(tc.runtimeConfig))
+			srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(tc.runtimeConfig))
 			served := srv.ServedResourceVersions(t)
 			caps := capabilities(t, tc.c)
 			caps.APIVersions = slices.DeleteFunc(caps.APIVersions, func(v string) bool { return strings.HasPrefix(v, "resource.k8s.io/") })
@@ -191,7 +191,7 @@ func rules(t *testing.T, cfg *rest.Config, namespace string) []string {
 	return slices.Compact(out)
 }
 
-func testRBAC(t *testing.T, srv *apiserver.Server) {
+func testRBAC(t *testing.T, srv *testapiserver.Server) {
 	ctx := t.Context()
 	// A service account without bindings: what everyone may do anyway.
 	if _, err := srv.Clientset.CoreV1().ServiceAccounts(releaseNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}}, metav1.CreateOptions{}); err != nil {
@@ -284,7 +284,7 @@ const nodeClaim = "authentication.kubernetes.io/node-name"
 
 // testSlicePolicy acts as the plugin's service account with the node claim a pod-bound token
 // carries, and as the admin.
-func testSlicePolicy(t *testing.T, srv *apiserver.Server, apiVersion string) {
+func testSlicePolicy(t *testing.T, srv *testapiserver.Server, apiVersion string) {
 	ctx := t.Context()
 	gv, _ := schema.ParseGroupVersion(apiVersion)
 	gvr := gv.WithResource("resourceslices")
@@ -360,7 +360,7 @@ func certManagerCRDs(t *testing.T) []manifest {
 
 // testCertManagerObjects installs cert-manager's CRDs and creates the cert-manager mode's objects,
 // validated by cert-manager's own schemas.
-func testCertManagerObjects(t *testing.T, srv *apiserver.Server, a *applier, caps any) {
+func testCertManagerObjects(t *testing.T, srv *testapiserver.Server, a *applier, caps any) {
 	a.create(certManagerCRDs(t))
 	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		a.refresh()
@@ -421,7 +421,7 @@ func (rec *recorder) calls() []string {
 // testWebhookRouting points the installed webhook configurations at a recorder and checks their
 // rules, matchConditions and namespaceSelector on the real API server: only annotated pods and
 // claims/templates outside the excluded namespaces reach the webhook.
-func testWebhookRouting(t *testing.T, srv *apiserver.Server, resourceAPI string) {
+func testWebhookRouting(t *testing.T, srv *testapiserver.Server, resourceAPI string) {
 	ctx := t.Context()
 	cs := srv.Clientset
 	bundle, _, err := certs.Renew(certs.Bundle{}, []string{"localhost"}, time.Now(), certs.Lifetimes{})

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/certs"
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
 // decode converts a rendered object into a typed one, rejecting fields the type does not have.
@@ -215,23 +215,23 @@ func TestValuesSchema(t *testing.T) {
 	}
 }
 
-// The ConfigMap must be what driver/inventory reads, strictly, for every shape of values.
+// The ConfigMap must be what internal/nodegroups reads, strictly, for every shape of values.
 func TestInventoryConfigMap(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		sets     []string
 		wantMax  int
 		wantNode map[string]string
-		wantSpec inventory.GroupSpec
+		wantSpec nodegroups.GroupSpec
 	}{
-		{name: "defaults", wantMax: 8, wantSpec: inventory.GroupSpec{Count: 8, Model: "LATEST-GPU-MODEL"}},
+		{name: "defaults", wantMax: 8, wantSpec: nodegroups.GroupSpec{Count: 8, Model: "LATEST-GPU-MODEL"}},
 		{
 			name: "node-groups",
 			sets: []string{
 				"inventory.nodeGroups[0].name=big", "inventory.nodeGroups[0].nodeSelector.pool=big",
 				"inventory.nodeGroups[0].count=16", "inventory.nodeGroups[0].model=BIG", "inventory.nodeGroups[0].memory=160Gi",
 			},
-			wantMax: 16, wantNode: map[string]string{"pool": "big"}, wantSpec: inventory.GroupSpec{Count: 16, Model: "BIG"},
+			wantMax: 16, wantNode: map[string]string{"pool": "big"}, wantSpec: nodegroups.GroupSpec{Count: 16, Model: "BIG"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,9 +246,9 @@ func TestInventoryConfigMap(t *testing.T) {
 			if err := os.WriteFile(path, []byte(obj.Data["inventory.yaml"]), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := inventory.LoadConfig(path)
+			cfg, err := nodegroups.LoadConfig(path)
 			if err != nil {
-				t.Fatalf("driver/inventory cannot read the rendered ConfigMap: %v", err)
+				t.Fatalf("internal/nodegroups cannot read the rendered ConfigMap: %v", err)
 			}
 			if got := cfg.MaxDevicesPerNode(); got != tc.wantMax {
 				t.Errorf("MaxDevicesPerNode = %d, want %d", got, tc.wantMax)

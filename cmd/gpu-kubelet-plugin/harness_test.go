@@ -32,7 +32,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
 const (
@@ -76,7 +76,7 @@ func TestMain(m *testing.M) {
 
 // cluster is a real API server with one Node and the directories a kubelet would provide.
 type cluster struct {
-	srv        *apiserver.Server
+	srv        *testapiserver.Server
 	kubeconfig string
 	node       string
 	claims     *draclient.Client
@@ -87,7 +87,7 @@ type cluster struct {
 
 func newCluster(t testing.TB, runtimeConfig string, nodeLabels map[string]string) *cluster {
 	t.Helper()
-	srv := apiserver.Start(t, apiserver.WithRuntimeConfig(runtimeConfig))
+	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(runtimeConfig))
 	// Unix socket paths are limited to 108 bytes; t.TempDir() can be longer.
 	base, err := os.MkdirTemp("", "gkp")
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
 const (
@@ -36,7 +36,7 @@ func TestPlugin(t *testing.T) {
 		kubeletV1beta1                    bool
 	}{
 		{name: "v1 only, kubelet 1.34+", runtimeConfig: v1Only, sliceVersion: "v1"},
-		{name: "v1beta1 only, kubelet 1.32", runtimeConfig: apiserver.V1Beta1Only, sliceVersion: "v1beta1", kubeletV1beta1: true},
+		{name: "v1beta1 only, kubelet 1.32", runtimeConfig: testapiserver.V1Beta1Only, sliceVersion: "v1beta1", kubeletV1beta1: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -148,7 +148,7 @@ func checkSeedDevices(t *testing.T, node string, devices []resourceapi.Device) {
 		if a["index"].IntValue == nil || *a["index"].IntValue != int64(i) ||
 			a["model"].StringValue == nil || *a["model"].StringValue != "LATEST-GPU-MODEL" ||
 			a["driverVersion"].VersionValue == nil || *a["driverVersion"].VersionValue != "1.0.0" ||
-			a["uuid"].StringValue == nil || *a["uuid"].StringValue != inventory.DeviceUUID(node, i) {
+			a["uuid"].StringValue == nil || *a["uuid"].StringValue != simulated.DeviceUUID(node, i) {
 			t.Errorf("gpu-%d attributes %+v", i, a)
 		}
 		if m := d.Capacity["memory"].Value; m.String() != "80Gi" {

@@ -28,11 +28,12 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
-	"github.com/gpu-dra/gpu-dra/driver/health"
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/driver/liveness"
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
-	"github.com/gpu-dra/gpu-dra/internal/servedversion"
+	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 // Options are the plugin's settings; each has a flag of the same name in cmd/gpu-kubelet-plugin.
@@ -135,7 +136,7 @@ func Run(ctx context.Context, o Options) error {
 	// of its own: it starts with v1 and moves on when a call gets a 404. That finds the same
 	// version, but a cluster without DRA would only show as endless 404 retries in the background;
 	// checking up front fails with a message that says what to enable.
-	version, err := servedversion.Newest(clientset.Discovery())
+	version, err := resourceversion.Newest(clientset.Discovery())
 	if err != nil {
 		return err
 	}
@@ -151,13 +152,13 @@ func Run(ctx context.Context, o Options) error {
 		logger.Info("Kubelet predates rolling-update support (1.33); running without RollingUpdate", "kubeletVersion", node.Status.NodeInfo.KubeletVersion)
 		o.PodUID = ""
 	}
-	invConfig, err := inventory.LoadConfig(o.InventoryConfig)
+	invConfig, err := nodegroups.LoadConfig(o.InventoryConfig)
 	if err != nil {
 		return fmt.Errorf("--inventory-config: %w", err)
 	}
 	spec := invConfig.ForNode(node.Labels)
 	logger.Info("Inventory", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
-	source := inventory.NewSimulated(o.NodeName, spec)
+	source := simulated.New(o.NodeName, spec)
 
 	if err := os.MkdirAll(o.DataDir(), 0o750); err != nil {
 		return fmt.Errorf("plugin data directory: %w", err)
@@ -212,7 +213,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
 
-	watcher := &plugin.InventoryWatcher{
+	watcher := &plugin.NodeGroupWatcher{
 		NodeName: o.NodeName, ConfigPath: o.InventoryConfig, Interval: o.InventoryPollInterval,
 		Client: clientset, Driver: driver, Publisher: helper, Current: spec,
 	}
@@ -221,7 +222,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { defer close(watchDone); watcher.Run(watchCtx) }()
 	defer func() { stopWatch(); <-watchDone }()
 
-	checker := &health.Checker{DriverName: o.DriverName, RegistrationSocket: o.RegistrationSocket(), DRASocket: o.DRASocket()}
+	checker := &liveness.Checker{DriverName: o.DriverName, RegistrationSocket: o.RegistrationSocket(), DRASocket: o.DRASocket()}
 	stopHealth, err := serve(ctx, "health", o.HealthAddr, func(mux *http.ServeMux) {
 		h := http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"sockets": checker.Healthz}})
 		mux.Handle("/healthz", h)

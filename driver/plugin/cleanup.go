@@ -12,7 +12,7 @@ import (
 	cgoresource "k8s.io/client-go/kubernetes/typed/resource/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/liveness"
 )
 
 // SliceClient reads and deletes ResourceSlices in whatever version the server serves
@@ -45,7 +45,7 @@ func SuccessorRunning(ctx context.Context, dataDir, ownSocket string) (string, b
 			continue
 		}
 		probeCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := health.ProbeDRA(probeCtx, m)
+		err := liveness.ProbeDRA(probeCtx, m)
 		cancel()
 		if err == nil {
 			return m, true

@@ -17,7 +17,8 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
 const (
@@ -41,7 +42,7 @@ func newHarness(t testing.TB) *harness {
 		t.Fatal(err)
 	}
 	store := checkpoint.NewStore(dataDir)
-	d, err := NewDriver(ctx, testDriver, testNode, inventory.NewSimulated(testNode, inventory.GroupSpec{}), w, store)
+	d, err := NewDriver(ctx, testDriver, testNode, simulated.New(testNode, nodegroups.GroupSpec{}), w, store)
 	if err != nil {
 		t.Fatal(err)
 	}

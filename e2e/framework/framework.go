@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpu-dra/gpu-dra/internal/servedversion"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 // Cluster is the cluster under test: the one $KUBECONFIG names.
@@ -196,7 +196,7 @@ func (c *Cluster) WaitForPodPhase(t *testing.T, ns, name string, timeout time.Du
 // v1beta1), so one suite runs on 1.32 through 1.37.
 func (c *Cluster) NewestResourceVersion(t *testing.T) string {
 	t.Helper()
-	v, err := servedversion.Newest(c.Clientset.Discovery())
+	v, err := resourceversion.Newest(c.Clientset.Discovery())
 	if err != nil {
 		t.Fatal(err)
 	}

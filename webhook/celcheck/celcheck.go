@@ -14,14 +14,14 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/lru"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 // Checker analyzes selector expressions for one driver. It is safe for concurrent use; analyses
 // are cached by expression because the same few selectors arrive over and over.
 type Checker struct {
 	driver    string
-	schema    inventory.Schema
+	schema    deviceschema.Schema
 	costLimit uint64
 	compile   func(expr string) dracel.CompilationResult
 	cache     *lru.Cache
@@ -39,7 +39,7 @@ func WithCostLimit(limit uint64) Option { return func(c *Checker) { c.costLimit 
 func WithCacheSize(n int) Option { return func(c *Checker) { c.cache = lru.New(n) } }
 
 // New returns a Checker for the driver whose attribute domain is driver and whose devices publish schema.
-func New(driver string, schema inventory.Schema, opts ...Option) *Checker {
+func New(driver string, schema deviceschema.Schema, opts ...Option) *Checker {
 	c := &Checker{
 		driver:    driver,
 		schema:    schema,

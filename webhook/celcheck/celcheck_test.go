@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 type analyzeCase struct {
@@ -55,7 +55,7 @@ func TestAnalyze(t *testing.T) {
 			if tc.CostLimit > 0 {
 				opts = append(opts, WithCostLimit(tc.CostLimit))
 			}
-			c := New("gpu.example.com", inventory.DeviceSchema(), opts...)
+			c := New("gpu.example.com", deviceschema.DeviceSchema(), opts...)
 			a := c.Analyze(tc.Expr)
 			if tc.CompileError != "" {
 				if !strings.Contains(a.CompileError, tc.CompileError) {

@@ -6,7 +6,7 @@ import (
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 const (
@@ -260,9 +260,9 @@ func (w *walker) walkCall(e celast.Expr) {
 }
 
 // attrSpec returns the schema entry of one of this driver's attributes.
-func (w *walker) attrSpec(r Ref) (inventory.AttributeSpec, bool) {
+func (w *walker) attrSpec(r Ref) (deviceschema.AttributeSpec, bool) {
 	if r.Capacity || r.Domain != w.c.driver {
-		return inventory.AttributeSpec{}, false
+		return deviceschema.AttributeSpec{}, false
 	}
 	return w.c.schema.Attribute(inventoryName(r.Name))
 }
@@ -290,10 +290,10 @@ func (w *walker) checkMethod(r Ref, fn string, target celast.Expr) {
 		return
 	}
 	switch {
-	case versionMethods[fn] && spec.Type != inventory.VersionType:
+	case versionMethods[fn] && spec.Type != deviceschema.VersionType:
 		w.an.Issues = append(w.an.Issues, fmt.Sprintf("attribute %q is %s, but %s() works on versions only; compare it with %s",
 			r.Name, article(spec.Type), fn, example(w.c.driver, spec)))
-	case stringMethods[fn] && spec.Type != inventory.StringType:
+	case stringMethods[fn] && spec.Type != deviceschema.StringType:
 		w.an.Issues = append(w.an.Issues, fmt.Sprintf("attribute %q is %s, but %s() works on strings only; compare it with %s",
 			r.Name, article(spec.Type), fn, example(w.c.driver, spec)))
 	}
@@ -335,45 +335,45 @@ func typeName(t *types.Type) (string, bool) {
 	return "", false
 }
 
-func accepts(want inventory.AttributeType, t *types.Type) bool {
+func accepts(want deviceschema.AttributeType, t *types.Type) bool {
 	switch want {
-	case inventory.IntType:
+	case deviceschema.IntType:
 		return t.Kind() == types.IntKind || t.Kind() == types.UintKind || t.Kind() == types.DoubleKind
-	case inventory.StringType:
+	case deviceschema.StringType:
 		return t.Kind() == types.StringKind
-	case inventory.BoolType:
+	case deviceschema.BoolType:
 		return t.Kind() == types.BoolKind
-	case inventory.VersionType:
+	case deviceschema.VersionType:
 		return t.TypeName() == "kubernetes.Semver"
 	}
 	return true
 }
 
-func article(t inventory.AttributeType) string {
+func article(t deviceschema.AttributeType) string {
 	switch t {
-	case inventory.IntType:
+	case deviceschema.IntType:
 		return "an int"
-	case inventory.StringType:
+	case deviceschema.StringType:
 		return "a string"
-	case inventory.BoolType:
+	case deviceschema.BoolType:
 		return "a bool"
-	case inventory.VersionType:
+	case deviceschema.VersionType:
 		return "a version"
 	}
 	return string(t)
 }
 
-func example(driver string, spec inventory.AttributeSpec) string {
+func example(driver string, spec deviceschema.AttributeSpec) string {
 	lhs := fmt.Sprintf("device.attributes[%q].%s", driver, spec.Name)
 	switch spec.Type {
-	case inventory.IntType:
+	case deviceschema.IntType:
 		return fmt.Sprintf("an int, e.g. %s == 0", lhs)
-	case inventory.StringType:
-		return fmt.Sprintf("a quoted string, e.g. %s == \"%s\"", lhs, inventory.DefaultModel)
-	case inventory.BoolType:
+	case deviceschema.StringType:
+		return fmt.Sprintf("a quoted string, e.g. %s == \"%s\"", lhs, deviceschema.DefaultModel)
+	case deviceschema.BoolType:
 		return fmt.Sprintf("true or false, e.g. %s == true", lhs)
-	case inventory.VersionType:
-		return fmt.Sprintf("semver(), e.g. %s == semver(\"%s\") or %s.isGreaterThan(semver(\"%s\"))", lhs, inventory.DefaultDriverVersion, lhs, inventory.DefaultDriverVersion)
+	case deviceschema.VersionType:
+		return fmt.Sprintf("semver(), e.g. %s == semver(\"%s\") or %s.isGreaterThan(semver(\"%s\"))", lhs, deviceschema.DefaultDriverVersion, lhs, deviceschema.DefaultDriverVersion)
 	}
 	return "a value of type " + string(spec.Type)
 }

@@ -20,20 +20,21 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/gpu-dra/gpu-dra/webhook/inventoryview"
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
 // benchCluster: nodes × 8 GPUs; every tenth node is of an older generation.
-func benchCluster(b *testing.B, nodes int) *inventoryview.Static {
+func benchCluster(b *testing.B, nodes int) *published.Objects {
 	st := loadInventory(b)
-	st.Slices, st.NodeList = nil, nil
+	st.Slices, st.Nodes = nil, nil
 	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)
 		model, mem := "LATEST-GPU-MODEL", "80Gi"
 		if i%10 == 9 {
 			model, mem = "OLD-GPU-MODEL", "40Gi"
 		}
-		st.NodeList = append(st.NodeList, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		st.Slices = append(st.Slices, gpuSlice(name, 8, model, "", resource.MustParse(mem)))
 	}
 	return st
@@ -58,12 +59,12 @@ func BenchmarkValidate(b *testing.B) {
 	}
 	for _, mode := range []struct {
 		name string
-		opts []inventoryview.Option
+		opts []feasibility.Option
 	}{
 		// Repeated specs answered from the verdict cache, as for pods created from one template.
 		{name: "verdict-cache"},
 		// Every question runs the allocator (selector and match caches still on).
-		{name: "no-verdict-cache", opts: []inventoryview.Option{inventoryview.WithVerdictCacheSize(0)}},
+		{name: "no-verdict-cache", opts: []feasibility.Option{feasibility.WithVerdictCacheSize(0)}},
 	} {
 		for _, nodes := range []int{1, 100, 1000} {
 			benchValidate(b, mode.name, mode.opts, nodes, files, bodies)
@@ -71,7 +72,7 @@ func BenchmarkValidate(b *testing.B) {
 	}
 }
 
-func benchValidate(b *testing.B, mode string, opts []inventoryview.Option, nodes int, files []string, bodies [][]byte) {
+func benchValidate(b *testing.B, mode string, opts []feasibility.Option, nodes int, files []string, bodies [][]byte) {
 	b.Run(fmt.Sprintf("%s/nodes=%d", mode, nodes), func(b *testing.B) {
 		wh := &admission.Webhook{Handler: &Handler{Validator: newValidatorWith(b, benchCluster(b, nodes), opts)}}
 		serve := func(body []byte) *admissionv1.AdmissionResponse {

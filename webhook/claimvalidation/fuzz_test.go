@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 var fuzzKinds = []schema.GroupVersionKind{
@@ -29,7 +29,7 @@ func FuzzDecodeValidate(f *testing.F) {
 	v := newValidator(f, loadInventory(f))
 	f.Fuzz(func(t *testing.T, raw []byte, kind uint8) {
 		gvk := fuzzKinds[int(kind)%len(fuzzKinds)]
-		obj, err := upgrade.Decode(raw, gvk)
+		obj, err := resourceversion.Decode(raw, gvk)
 		if err != nil {
 			return
 		}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 // Handler serves the Validator as a controller-runtime admission handler for ResourceClaims and
@@ -31,17 +31,17 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	gvk := schema.GroupVersionKind(req.Kind)
-	if !upgrade.Supported(gvk) {
+	if !resourceversion.Supported(gvk) {
 		return admission.Allowed("not a resource.k8s.io ResourceClaim or ResourceClaimTemplate")
 	}
-	obj, err := upgrade.Decode(req.Object.Raw, gvk)
+	obj, err := resourceversion.Decode(req.Object.Raw, gvk)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err))
 	}
 	if req.Operation == admissionv1.Update {
 		// Claim and template specs are immutable; an update touches metadata or is rejected by
 		// the server anyway. Judging it again would block removing finalizers of old objects.
-		if old, err := upgrade.Decode(req.OldObject.Raw, gvk); err == nil && equality.Semantic.DeepEqual(old.Spec(), obj.Spec()) {
+		if old, err := resourceversion.Decode(req.OldObject.Raw, gvk); err == nil && equality.Semantic.DeepEqual(old.Spec(), obj.Spec()) {
 			verdicts.WithLabelValues("skipped", gvk.Version).Inc()
 			return admission.Allowed("spec unchanged")
 		}

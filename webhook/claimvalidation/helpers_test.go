@@ -21,9 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
-	"github.com/gpu-dra/gpu-dra/webhook/inventoryview"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
 const driverName = "gpu.example.com"
@@ -60,12 +62,12 @@ func gpuSlice(node string, n int, model, oddModel string, memory resource.Quanti
 		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
 			Name: fmt.Sprintf("gpu-%d", i),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				inventory.AttrIndex:         {IntValue: ptr.To(int64(i))},
-				inventory.AttrUUID:          {StringValue: ptr.To(fmt.Sprintf("gpu-%s-%d", node, i))},
-				inventory.AttrModel:         {StringValue: ptr.To(m)},
-				inventory.AttrDriverVersion: {VersionValue: ptr.To(inventory.DefaultDriverVersion)},
+				deviceschema.AttrIndex:         {IntValue: ptr.To(int64(i))},
+				deviceschema.AttrUUID:          {StringValue: ptr.To(fmt.Sprintf("gpu-%s-%d", node, i))},
+				deviceschema.AttrModel:         {StringValue: ptr.To(m)},
+				deviceschema.AttrDriverVersion: {VersionValue: ptr.To(deviceschema.DefaultDriverVersion)},
 			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{inventory.CapMemory: {Value: memory}},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{deviceschema.CapMemory: {Value: memory}},
 		})
 	}
 	return s
@@ -90,7 +92,7 @@ func nicSlice(node string, n int) *resourceapi.ResourceSlice {
 }
 
 // loadInventory reads testdata/inventory.yaml into an in-memory inventory.
-func loadInventory(t testing.TB) *inventoryview.Static {
+func loadInventory(t testing.TB) *published.Objects {
 	t.Helper()
 	data, err := os.ReadFile("testdata/inventory.yaml")
 	if err != nil {
@@ -100,9 +102,9 @@ func loadInventory(t testing.TB) *inventoryview.Static {
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		t.Fatalf("testdata/inventory.yaml: %v", err)
 	}
-	st := &inventoryview.Static{}
+	st := &published.Objects{}
 	for _, n := range f.Nodes {
-		st.NodeList = append(st.NodeList, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}})
+		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}})
 		st.Slices = append(st.Slices, gpuSlice(n.Name, n.GPUs, n.Model, n.OddModel, resource.MustParse(n.Memory)))
 		if n.NICs > 0 {
 			st.Slices = append(st.Slices, nicSlice(n.Name, n.NICs))
@@ -114,20 +116,20 @@ func loadInventory(t testing.TB) *inventoryview.Static {
 	return st
 }
 
-func newValidator(t testing.TB, lister inventoryview.Lister, deny ...Rule) *Validator {
+func newValidator(t testing.TB, lister feasibility.Lister, deny ...Rule) *Validator {
 	t.Helper()
 	return newValidatorWith(t, lister, nil, deny...)
 }
 
-func newValidatorWith(t testing.TB, lister inventoryview.Lister, viewOpts []inventoryview.Option, deny ...Rule) *Validator {
+func newValidatorWith(t testing.TB, lister feasibility.Lister, viewOpts []feasibility.Option, deny ...Rule) *Validator {
 	t.Helper()
-	cfg, err := inventory.LoadConfig("testdata/inventory-config.yaml")
+	cfg, err := nodegroups.LoadConfig("testdata/inventory-config.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker := celcheck.New(driverName, inventory.DeviceSchema())
-	view := inventoryview.New(lister, checker, viewOpts...)
-	return New(driverName, WithChecker(checker), WithInventory(view), WithMaxDevicesPerNode(cfg.MaxDevicesPerNode()), WithDeny(deny...))
+	checker := celcheck.New(driverName, deviceschema.DeviceSchema())
+	view := feasibility.New(lister, checker, viewOpts...)
+	return New(driverName, WithChecker(checker), WithFeasibility(view), WithMaxDevicesPerNode(cfg.MaxDevicesPerNode()), WithDeny(deny...))
 }
 
 // review sends obj (any resource.k8s.io version) as an AdmissionReview through the

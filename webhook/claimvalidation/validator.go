@@ -15,14 +15,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
-	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
 )
 
-// Inventory is what the validator needs to know about the cluster. An informer-backed
-// inventoryview.View implements it, and so does one built from files.
-type Inventory interface {
+// Feasibility is what the validator needs to know about the cluster. An informer-backed
+// feasibility.View implements it, and so does one built from files.
+type Feasibility interface {
 	// DeviceClass returns the named class or nil when it does not exist.
 	DeviceClass(name string) (*resourceapi.DeviceClass, error)
 	// Unsatisfiable explains why no node can satisfy spec right now, or returns "".
@@ -31,18 +31,18 @@ type Inventory interface {
 
 // Validator runs the checks. It is safe for concurrent use.
 type Validator struct {
-	driver     string
-	checker    *celcheck.Checker
-	inventory  Inventory
-	maxDevices int
-	deny       map[Rule]bool
+	driver      string
+	checker     *celcheck.Checker
+	feasibility Feasibility
+	maxDevices  int
+	deny        map[Rule]bool
 }
 
 // Option configures a Validator.
 type Option func(*Validator)
 
-// WithInventory enables the class and feasibility checks.
-func WithInventory(inv Inventory) Option { return func(v *Validator) { v.inventory = inv } }
+// WithFeasibility enables the class and feasibility checks.
+func WithFeasibility(f Feasibility) Option { return func(v *Validator) { v.feasibility = f } }
 
 // WithMaxDevicesPerNode enables the "more devices than any node holds" denial.
 func WithMaxDevicesPerNode(n int) Option { return func(v *Validator) { v.maxDevices = n } }
@@ -56,7 +56,7 @@ func WithDeny(rules ...Rule) Option {
 	}
 }
 
-// WithChecker shares a selector analyzer (and its cache), e.g. with an inventoryview.View.
+// WithChecker shares a selector analyzer (and its cache), e.g. with an feasibility.View.
 func WithChecker(c *celcheck.Checker) Option { return func(v *Validator) { v.checker = c } }
 
 // New returns a validator for the named driver.
@@ -66,7 +66,7 @@ func New(driver string, opts ...Option) *Validator {
 		o(v)
 	}
 	if v.checker == nil {
-		v.checker = celcheck.New(driver, inventory.DeviceSchema())
+		v.checker = celcheck.New(driver, deviceschema.DeviceSchema())
 	}
 	return v
 }
@@ -96,7 +96,7 @@ type deviceRequest struct {
 	path      *field.Path
 }
 
-func requests(obj *upgrade.Object) []deviceRequest {
+func requests(obj *resourceversion.Object) []deviceRequest {
 	spec := obj.Spec()
 	var out []deviceRequest
 	for i, r := range spec.Devices.Requests {
@@ -118,7 +118,7 @@ func requests(obj *upgrade.Object) []deviceRequest {
 }
 
 // Validate judges obj. Requests and opaque config of other drivers pass untouched.
-func (v *Validator) Validate(ctx context.Context, obj *upgrade.Object) Result {
+func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) Result {
 	logger := klog.FromContext(ctx)
 	var res Result
 	judged := false
@@ -127,9 +127,9 @@ func (v *Validator) Validate(ctx context.Context, obj *upgrade.Object) Result {
 	ourRequests := map[string]bool{}
 	for _, r := range requests(obj) {
 		var class *resourceapi.DeviceClass
-		classKnown := v.inventory != nil
+		classKnown := v.feasibility != nil
 		if classKnown {
-			c, err := v.inventory.DeviceClass(r.class)
+			c, err := v.feasibility.DeviceClass(r.class)
 			if err != nil {
 				// Without the class only the selectors can say whether the request is ours.
 				logger.Info("DeviceClass lookup failed; judging by the selectors only", "deviceClass", r.class, "err", err)
@@ -187,8 +187,8 @@ func (v *Validator) Validate(ctx context.Context, obj *upgrade.Object) Result {
 	if !judged {
 		return res
 	}
-	if len(res.Denied) == 0 && !classMissing && !inventoryDown && v.inventory != nil {
-		msg, err := v.inventory.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
+	if len(res.Denied) == 0 && !classMissing && !inventoryDown && v.feasibility != nil {
+		msg, err := v.feasibility.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
 		switch {
 		case err != nil:
 			logger.Error(err, "Feasibility check failed; admitting without it")
@@ -222,10 +222,10 @@ func (v *Validator) classIsOurs(class *resourceapi.DeviceClass) bool {
 
 // ValidateManifest decodes one ResourceClaim or ResourceClaimTemplate of any resource.k8s.io
 // version (YAML or JSON), applies the API server's defaults and validates it: the entry point
-// of `kubectl dra validate`, which builds the Validator over an inventoryview.View of an
-// inventoryview.Static inventory (offline) or of informers (live).
-func (v *Validator) ValidateManifest(ctx context.Context, raw []byte) (*upgrade.Object, Result, error) {
-	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+// of `kubectl dra validate`, which builds the Validator over an feasibility.View of an
+// published.Objects (offline) or of informers (live).
+func (v *Validator) ValidateManifest(ctx context.Context, raw []byte) (*resourceversion.Object, Result, error) {
+	obj, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
 	if err != nil {
 		return nil, Result{}, err
 	}
@@ -262,7 +262,7 @@ func ownPart(spec *resourceapi.ResourceClaimSpec, ours map[string]bool) *resourc
 // managed templates), so those pass the same rules as the user's: denials become the error,
 // warnings are returned for the user.
 func (v *Validator) ValidateTemplate(ctx context.Context, t *resourceapi.ResourceClaimTemplate) ([]string, error) {
-	res := v.Validate(ctx, &upgrade.Object{Arrived: resourceapi.SchemeGroupVersion.WithKind(upgrade.KindTemplate), Template: t})
+	res := v.Validate(ctx, &resourceversion.Object{Arrived: resourceapi.SchemeGroupVersion.WithKind(resourceversion.KindTemplate), Template: t})
 	if len(res.Denied) > 0 {
 		return res.Warnings, errors.New(strings.Join(res.Denied, "; "))
 	}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 type ruleCase struct {
@@ -33,7 +33,7 @@ var versions = []string{"v1beta1", "v1beta2", "v1"}
 // asVersion decodes a v1 object and converts it to version, the way the API server serves it.
 func asVersion(t *testing.T, raw []byte, version string) runtime.Object {
 	t.Helper()
-	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+	obj, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +45,13 @@ func asVersion(t *testing.T, raw []byte, version string) runtime.Object {
 }
 
 // checkDeprecation verifies the deprecation warning and that the v1 form it offers is the object.
-func checkDeprecation(t *testing.T, warning string, version string, want *upgrade.Object) {
+func checkDeprecation(t *testing.T, warning string, version string, want *resourceversion.Object) {
 	t.Helper()
 	prefix := "resource.k8s.io/" + version + " " + want.Arrived.Kind + " is deprecated and removed in Kubernetes 1.38; write it as resource.k8s.io/v1: "
 	if !strings.HasPrefix(warning, prefix) {
 		t.Fatalf("deprecation warning\n got: %s\nwant prefix: %s", warning, prefix)
 	}
-	got, err := upgrade.Decode([]byte(strings.TrimPrefix(warning, prefix)), schema.GroupVersionKind{})
+	got, err := resourceversion.Decode([]byte(strings.TrimPrefix(warning, prefix)), schema.GroupVersionKind{})
 	if err != nil {
 		t.Fatalf("v1 form in the warning does not decode: %v", err)
 	}
@@ -78,7 +78,7 @@ func TestRules(t *testing.T) {
 			}
 			t.Run(tc.Name+"/"+version, func(t *testing.T) {
 				obj := asVersion(t, tc.Object, version)
-				want, err := upgrade.Decode(tc.Object, schema.GroupVersionKind{})
+				want, err := resourceversion.Decode(tc.Object, schema.GroupVersionKind{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -174,7 +174,7 @@ func TestValidCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		orig, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+		orig, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -231,7 +231,7 @@ func TestValidCorpus(t *testing.T) {
 func TestUnsatisfiableOnEmptyCluster(t *testing.T) {
 	inv := loadInventory(t)
 	inv.Slices = nil
-	inv.NodeList = nil
+	inv.Nodes = nil
 	h := &Handler{Validator: newValidator(t, inv)}
 	raw, err := os.ReadFile("testdata/valid/seed-v1.yaml")
 	if err != nil {
@@ -295,8 +295,8 @@ func TestMalformedAndForeignRequests(t *testing.T) {
 }
 
 // unstructuredFor decodes a manifest in the version it is written in.
-func unstructuredFor(raw []byte) (runtime.Object, *upgrade.Object, error) {
-	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+func unstructuredFor(raw []byte) (runtime.Object, *resourceversion.Object, error) {
+	obj, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
 	if err != nil {
 		return nil, nil, err
 	}

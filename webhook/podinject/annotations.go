@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 // Request is what a pod's annotations ask for.
@@ -48,7 +48,7 @@ func (o options) parseRequest(annotations map[string]string) (Request, field.Err
 	if value, ok := annotations[key]; ok {
 		switch {
 		case value == "":
-			errs = append(errs, invalid(key, value, fmt.Sprintf("empty; name a model such as %q, or remove the annotation for any model", inventory.DefaultModel)))
+			errs = append(errs, invalid(key, value, fmt.Sprintf("empty; name a model such as %q, or remove the annotation for any model", deviceschema.DefaultModel)))
 		case !utf8.ValidString(value):
 			errs = append(errs, invalid(key, value, "not valid UTF-8; use the model exactly as the ResourceSlice shows it"))
 		case len(value) > resourceapi.DeviceAttributeMaxValueLength:

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/certs"
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
 // TestIntegration runs the handler behind a real kube-apiserver, once serving resource.k8s.io/v1
@@ -37,8 +37,8 @@ func TestIntegration(t *testing.T) {
 	for _, tc := range []struct {
 		name, runtimeConfig, wantVersion string
 	}{
-		{name: "v1", runtimeConfig: apiserver.AllVersions, wantVersion: "v1"},
-		{name: "v1beta1-only", runtimeConfig: apiserver.V1Beta1Only, wantVersion: "v1beta1"},
+		{name: "v1", runtimeConfig: testapiserver.AllVersions, wantVersion: "v1"},
+		{name: "v1beta1-only", runtimeConfig: testapiserver.V1Beta1Only, wantVersion: "v1beta1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := startEnv(t, tc.runtimeConfig)
@@ -59,7 +59,7 @@ func TestIntegration(t *testing.T) {
 }
 
 type env struct {
-	srv        *apiserver.Server
+	srv        *testapiserver.Server
 	cs         kubernetes.Interface
 	templates  *draclient.Client
 	stopServer func()
@@ -80,7 +80,7 @@ func startEnv(t *testing.T, runtimeConfig string) *env {
 			svc.Path = ptr.To(strings.TrimPrefix(*svc.Path, "/"))
 		}
 	}
-	srv := apiserver.Start(t, apiserver.WithRuntimeConfig(runtimeConfig), apiserver.WithWebhooks(envtest.WebhookInstallOptions{
+	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(runtimeConfig), testapiserver.WithWebhooks(envtest.WebhookInstallOptions{
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{config},
 	}))
 	h, err := NewHandler(NewAPIClient(srv.Clientset), WithMaxDevicesPerNode(8))

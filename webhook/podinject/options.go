@@ -7,7 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 // Names the webhook owns in a pod and in the managed templates.
@@ -65,7 +65,7 @@ func WithAnnotationPrefix(prefix string) Option {
 func WithDeviceClassName(name string) Option { return func(o *options) { o.deviceClassName = name } }
 
 // WithMaxDevicesPerNode sets the most GPUs one pod may ask for, normally
-// inventory.Config.MaxDevicesPerNode(): a pod asking for more could never be scheduled.
+// nodegroups.Config.MaxDevicesPerNode(): a pod asking for more could never be scheduled.
 func WithMaxDevicesPerNode(n int) Option { return func(o *options) { o.maxPerNode = n } }
 
 // WithValidator runs the template checks of the validating webhook on every template the handler
@@ -77,7 +77,7 @@ func WithValidator(v Validator) Option { return func(o *options) { o.validator =
 func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }
 
 func newOptions(opts []Option) (options, error) {
-	o := options{driverName: DefaultDriverName, maxPerNode: inventory.DefaultCount, cacheTTL: DefaultCacheTTL}
+	o := options{driverName: DefaultDriverName, maxPerNode: deviceschema.DefaultCount, cacheTTL: DefaultCacheTTL}
 	for _, opt := range opts {
 		opt(&o)
 	}

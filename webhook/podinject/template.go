@@ -12,7 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 // hashLength is how many hex digits of the spec's SHA-256 go into a template name: enough that two
@@ -27,11 +27,11 @@ func (o options) template(namespace string, req Request) (*resourceapi.ResourceC
 	var selectors []resourceapi.DeviceSelector
 	if req.Model != "" {
 		selectors = append(selectors, celSelector(fmt.Sprintf("device.attributes[%s].%s == %s",
-			celString(o.driverName), inventory.AttrModel, celString(req.Model))))
+			celString(o.driverName), deviceschema.AttrModel, celString(req.Model))))
 	}
 	if req.Memory != nil {
 		selectors = append(selectors, celSelector(fmt.Sprintf("device.capacity[%s].%s.compareTo(quantity(%s)) >= 0",
-			celString(o.driverName), inventory.CapMemory, celString(req.Memory.String()))))
+			celString(o.driverName), deviceschema.CapMemory, celString(req.Memory.String()))))
 	}
 	spec := resourceapi.ResourceClaimTemplateSpec{
 		Spec: resourceapi.ResourceClaimSpec{

@@ -11,7 +11,7 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 // device is a GPU as the driver publishes it.
@@ -19,11 +19,11 @@ func device(driver, model, memory string) dracel.Device {
 	return dracel.Device{
 		Driver: driver,
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			inventory.AttrModel: {StringValue: ptr.To(model)},
-			inventory.AttrIndex: {IntValue: ptr.To[int64](0)},
+			deviceschema.AttrModel: {StringValue: ptr.To(model)},
+			deviceschema.AttrIndex: {IntValue: ptr.To[int64](0)},
 		},
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			inventory.CapMemory: {Value: resource.MustParse(memory)},
+			deviceschema.CapMemory: {Value: resource.MustParse(memory)},
 		},
 	}
 }

@@ -13,7 +13,7 @@ import (
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 // node is what the driver publishes on one node of the test cluster.
@@ -75,12 +75,12 @@ func populate(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 			s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
 				Name: fmt.Sprintf("gpu-%d", i),
 				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					inventory.AttrIndex:         {IntValue: ptr.To(int64(i))},
-					inventory.AttrUUID:          {StringValue: ptr.To(fmt.Sprintf("gpu-%s-%d", n.name, i))},
-					inventory.AttrModel:         {StringValue: ptr.To(m)},
-					inventory.AttrDriverVersion: {VersionValue: ptr.To(inventory.DefaultDriverVersion)},
+					deviceschema.AttrIndex:         {IntValue: ptr.To(int64(i))},
+					deviceschema.AttrUUID:          {StringValue: ptr.To(fmt.Sprintf("gpu-%s-%d", n.name, i))},
+					deviceschema.AttrModel:         {StringValue: ptr.To(m)},
+					deviceschema.AttrDriverVersion: {VersionValue: ptr.To(deviceschema.DefaultDriverVersion)},
 				},
-				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{inventory.CapMemory: {Value: resource.MustParse(n.memory)}},
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{deviceschema.CapMemory: {Value: resource.MustParse(n.memory)}},
 			})
 		}
 		if _, err := dra.ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {

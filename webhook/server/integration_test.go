@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
-	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
 type integrationCase struct {
@@ -74,20 +74,20 @@ func TestThroughAPIServer(t *testing.T) {
 	for _, tc := range []struct {
 		name, runtimeConfig, version string
 	}{
-		{name: "all-versions", runtimeConfig: apiserver.AllVersions, version: "v1"},
-		{name: "v1beta1-only", runtimeConfig: apiserver.V1Beta1Only, version: "v1beta1"},
+		{name: "all-versions", runtimeConfig: testapiserver.AllVersions, version: "v1"},
+		{name: "v1beta1-only", runtimeConfig: testapiserver.V1Beta1Only, version: "v1beta1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testThroughAPIServer(t, tc.runtimeConfig, tc.version) })
 	}
 }
 
 func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
-	assets := apiserver.AssetsDir(t)
+	assets := testapiserver.AssetsDir(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	srv := apiserver.Start(t, apiserver.WithRuntimeConfig(runtimeConfig), apiserver.WithWebhooks(envtest.WebhookInstallOptions{
+	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(runtimeConfig), testapiserver.WithWebhooks(envtest.WebhookInstallOptions{
 		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{validatingConfig()},
 	}))
 	if got := srv.ServedResourceVersions(t); got[0] != version {
@@ -224,7 +224,7 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 // convert renders a manifest in the version the server serves.
 func convert(t *testing.T, raw []byte, version string) runtime.Object {
 	t.Helper()
-	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+	obj, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
 	if err != nil {
 		t.Fatal(err)
 	}

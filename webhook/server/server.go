@@ -18,10 +18,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpu-dra/gpu-dra/certs"
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/webhook/inventoryview"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -69,7 +71,7 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 //   - "" nodes: list, watch
 //   - resource.k8s.io resourceclaimtemplates: get, create (managed templates of annotated pods)
 func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
-	invCfg, err := inventory.LoadConfig(o.InventoryConfig)
+	invCfg, err := nodegroups.LoadConfig(o.InventoryConfig)
 	if err != nil {
 		return fmt.Errorf("--inventory-config: %w", err)
 	}
@@ -77,10 +79,10 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 	if err != nil {
 		return fmt.Errorf("create clientset: %w", err)
 	}
-	checker := celcheck.New(o.DriverName, inventory.DeviceSchema())
-	var view *inventoryview.View
-	informers := inventoryview.NewInformers(cs, o.Resync, func() { view.Invalidate() })
-	view = inventoryview.New(informers, checker)
+	checker := celcheck.New(o.DriverName, deviceschema.DeviceSchema())
+	var view *feasibility.View
+	informers := published.NewInformers(cs, o.Resync, func() { view.Invalidate() })
+	view = feasibility.New(informers, checker)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		informers.Start(ctx)
 		<-ctx.Done()
@@ -91,7 +93,7 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 
 	validator := claimvalidation.New(o.DriverName,
 		claimvalidation.WithChecker(checker),
-		claimvalidation.WithInventory(syncedInventory{view: view, synced: informers.HasSynced}),
+		claimvalidation.WithFeasibility(syncedFeasibility{view: view, synced: informers.HasSynced}),
 		claimvalidation.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
 		claimvalidation.WithDeny(o.Deny...),
 	)
@@ -131,19 +133,19 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 // errNotSynced keeps the validator from calling classes "missing" before the cache is filled.
 var errNotSynced = errors.New("inventory caches not synced yet")
 
-type syncedInventory struct {
-	view   *inventoryview.View
+type syncedFeasibility struct {
+	view   *feasibility.View
 	synced func() bool
 }
 
-func (s syncedInventory) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
+func (s syncedFeasibility) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
 	if !s.synced() {
 		return nil, errNotSynced
 	}
 	return s.view.DeviceClass(name)
 }
 
-func (s syncedInventory) Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error) {
+func (s syncedFeasibility) Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error) {
 	if !s.synced() {
 		return "", errNotSynced
 	}

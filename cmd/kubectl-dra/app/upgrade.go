@@ -11,7 +11,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/webhook/manifest"
+	"github.com/gpu-dra/gpu-dra/internal/manifest"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 type upgradeOptions struct {
@@ -52,7 +53,7 @@ or v1 when no cluster is reachable. A summary of what changed goes to standard e
 	}
 	cmd.Flags().StringSliceVarP(&o.files, "filename", "f", nil, "manifest file, directory, or - for standard input (repeatable)")
 	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false, "process directories named with -f recursively")
-	cmd.Flags().StringVar(&o.to, "to", "", "target version: "+strings.Join(manifest.Versions, ", ")+" (default: newest the cluster serves, else v1)")
+	cmd.Flags().StringVar(&o.to, "to", "", "target version: "+strings.Join(resourceversion.Known, ", ")+" (default: newest the cluster serves, else v1)")
 	cmd.Flags().BoolVarP(&o.inPlace, "in-place", "i", false, "rewrite the files instead of printing to standard output")
 	return cmd
 }
@@ -60,8 +61,8 @@ or v1 when no cluster is reachable. A summary of what changed goes to standard e
 func (o *upgradeOptions) run(cmd *cobra.Command) error {
 	ctx := cmd.Context()
 	logger := klog.FromContext(ctx)
-	if o.to != "" && !manifest.ValidVersion(o.to) {
-		return fmt.Errorf("--to %q: use one of %s", o.to, strings.Join(manifest.Versions, ", "))
+	if o.to != "" && !resourceversion.IsKnown(o.to) {
+		return fmt.Errorf("--to %q: use one of %s", o.to, strings.Join(resourceversion.Known, ", "))
 	}
 	sources, err := readSources(o.files, o.recursive, o.streams.In)
 	if err != nil {
@@ -78,7 +79,7 @@ func (o *upgradeOptions) run(cmd *cobra.Command) error {
 	if to == "" {
 		v, err := newestServedVersion(o.flags)
 		if err != nil {
-			to = manifest.Versions[0]
+			to = resourceversion.Known[0]
 			fmt.Fprintf(o.streams.ErrOut, "no reachable cluster (%v); converting to %s\n", err, to)
 		} else {
 			to = v
@@ -89,7 +90,7 @@ func (o *upgradeOptions) run(cmd *cobra.Command) error {
 	failed := 0
 	first := true
 	for _, s := range sources {
-		out, changes, convErr := manifest.Convert(s.Data, to)
+		out, changes, convErr := manifest.Rewrite(s.Data, to)
 		if out == nil {
 			return convErr
 		}
@@ -146,7 +147,7 @@ func describeChange(path string, c manifest.Change) string {
 	what := "manifest"
 	if c.Kind != "" {
 		name := c.Name
-		if c.Kind != manifest.KindDeviceClass {
+		if c.Kind != resourceversion.KindDeviceClass {
 			ns := c.Namespace
 			if ns == "" {
 				ns = "default"
@@ -161,13 +162,13 @@ func describeChange(path string, c manifest.Change) string {
 		if c.Upgraded() {
 			verb = "upgraded"
 		}
-		line := fmt.Sprintf("%s %s %s/%s → %s%s", verb, what, manifest.Group, c.From, c.To, where)
+		line := fmt.Sprintf("%s %s %s/%s → %s%s", verb, what, resourceversion.Group, c.From, c.To, where)
 		if c.Rendered {
 			line += fmt.Sprintf("; re-rendered from the converted object, comments and key order not kept (%s)", c.Reason)
 		}
 		return line
 	case manifest.Unchanged:
-		return fmt.Sprintf("unchanged %s (already %s/%s)%s", what, manifest.Group, c.To, where)
+		return fmt.Sprintf("unchanged %s (already %s/%s)%s", what, resourceversion.Group, c.To, where)
 	case manifest.Skipped:
 		return fmt.Sprintf("skipped %s%s: %s", what, where, c.Reason)
 	default:

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -140,11 +140,11 @@ func TestUpgradeTargetFromCluster(t *testing.T) {
 		name, runtimeConfig string
 		in, want            string
 	}{
-		{name: "1.32-like", runtimeConfig: apiserver.V1Beta1Only, in: v1, want: v1beta1},
-		{name: "all versions", runtimeConfig: apiserver.AllVersions, in: v1beta1, want: v1},
+		{name: "1.32-like", runtimeConfig: testapiserver.V1Beta1Only, in: v1, want: v1beta1},
+		{name: "all versions", runtimeConfig: testapiserver.AllVersions, in: v1beta1, want: v1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := apiserver.Start(t, apiserver.WithRuntimeConfig(tc.runtimeConfig))
+			srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(tc.runtimeConfig))
 			kubeconfig := writeKubeconfig(t, srv.Config)
 			r := run(t, tc.in, "upgrade", "-f", "-", "--kubeconfig", kubeconfig)
 			if r.code != 0 {

@@ -14,12 +14,14 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/driver/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/manifest"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/webhook/inventoryview"
-	"github.com/gpu-dra/gpu-dra/webhook/manifest"
-	"github.com/gpu-dra/gpu-dra/webhook/upgrade"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
 type validateOptions struct {
@@ -73,9 +75,9 @@ Exit status: 0 admitted (warnings may be printed), 2 when the webhook would deny
 
 func servedList(served map[string]bool) string {
 	var out []string
-	for _, v := range manifest.Versions {
+	for _, v := range resourceversion.Known {
 		if served[v] {
-			out = append(out, manifest.Group+"/"+v)
+			out = append(out, resourceversion.Group+"/"+v)
 		}
 	}
 	if len(out) == 0 {
@@ -122,7 +124,7 @@ func (o *validateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--deny: %w", err)
 	}
-	cfg, err := inventory.LoadConfig(o.inventoryConfig)
+	cfg, err := nodegroups.LoadConfig(o.inventoryConfig)
 	if err != nil {
 		return fmt.Errorf("--inventory-config: %w", err)
 	}
@@ -145,7 +147,7 @@ func (o *validateOptions) run(ctx context.Context) error {
 	if inv != nil {
 		// Classes in the input exist by the time the claims are applied.
 		for _, s := range sources {
-			in, err := manifest.ReadInventory(manifest.Filter(s.Data, manifest.KindDeviceClass))
+			in, err := published.Read(manifest.Filter(s.Data, resourceversion.KindDeviceClass))
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Path, err)
 			}
@@ -202,29 +204,29 @@ func (o *validateOptions) run(ctx context.Context) error {
 // newValidator wires the webhook's validator as gpu-webhook does (webhook/server.Setup), over a
 // fixed inventory instead of informers; without an inventory the class and feasibility checks
 // are off.
-func newValidator(driver string, maxDevices int, deny []claimvalidation.Rule, inv *manifest.Inventory) *claimvalidation.Validator {
-	checker := celcheck.New(driver, inventory.DeviceSchema())
+func newValidator(driver string, maxDevices int, deny []claimvalidation.Rule, inv *published.Objects) *claimvalidation.Validator {
+	checker := celcheck.New(driver, deviceschema.DeviceSchema())
 	opts := []claimvalidation.Option{
 		claimvalidation.WithChecker(checker),
 		claimvalidation.WithMaxDevicesPerNode(maxDevices),
 		claimvalidation.WithDeny(deny...),
 	}
 	if inv != nil {
-		view := inventoryview.New(&inventoryview.Static{Slices: inv.Slices, Classes: inv.Classes, NodeList: inv.Nodes}, checker)
-		opts = append(opts, claimvalidation.WithInventory(view))
+		view := feasibility.New(inv, checker)
+		opts = append(opts, claimvalidation.WithFeasibility(view))
 	}
 	return claimvalidation.New(driver, opts...)
 }
 
 // loadInventory returns the inventory and a description of where it came from; nil when there
 // is none (no --inventory and no reachable cluster).
-func (o *validateOptions) loadInventory(ctx context.Context) (*manifest.Inventory, string, error) {
+func (o *validateOptions) loadInventory(ctx context.Context) (*published.Objects, string, error) {
 	if o.inventoryFile != "" {
 		data, err := os.ReadFile(o.inventoryFile)
 		if err != nil {
 			return nil, "", fmt.Errorf("--inventory: %w", err)
 		}
-		inv, err := manifest.ReadInventory(data)
+		inv, err := published.Read(data)
 		if err != nil {
 			return nil, "", fmt.Errorf("--inventory %s: %w", o.inventoryFile, err)
 		}
@@ -250,11 +252,11 @@ func judge(ctx context.Context, validator *claimvalidation.Validator, path strin
 		v.Error = d.Err.Error()
 		return v, true
 	}
-	if d.GVK.Group != upgrade.Group || (d.GVK.Kind != upgrade.KindClaim && d.GVK.Kind != upgrade.KindTemplate) {
+	if d.GVK.Group != resourceversion.Group || (d.GVK.Kind != resourceversion.KindClaim && d.GVK.Kind != resourceversion.KindTemplate) {
 		return v, false
 	}
-	if !upgrade.Supported(d.GVK) {
-		v.Error = fmt.Sprintf("%s %s: version not supported; use one of %s", v.APIVersion, d.GVK.Kind, strings.Join(manifest.Versions, ", "))
+	if !resourceversion.Supported(d.GVK) {
+		v.Error = fmt.Sprintf("%s %s: version not supported; use one of %s", v.APIVersion, d.GVK.Kind, strings.Join(resourceversion.Known, ", "))
 		return v, true
 	}
 	raw, err := sigsyaml.YAMLToJSON(d.Raw)
@@ -268,7 +270,7 @@ func judge(ctx context.Context, validator *claimvalidation.Validator, path strin
 		v.Error = err.Error()
 		return v, true
 	}
-	obj, err := upgrade.Decode(raw, schema.GroupVersionKind{})
+	obj, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
 	if err != nil {
 		v.Error = err.Error()
 		return v, true

@@ -19,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/e2e/apiserver"
+	"github.com/gpu-dra/gpu-dra/internal/manifest"
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/webhook/manifest"
 )
 
 const inventoryFile = "testdata/validate/inventory.yaml"
@@ -85,7 +87,7 @@ func TestValidateOffline(t *testing.T) {
 // ResourceSlices and DeviceClasses (created in the versions the inventory file uses), reached
 // through a kubeconfig; the verdicts must equal the offline ones.
 func TestValidateAgainstCluster(t *testing.T) {
-	srv := apiserver.Start(t)
+	srv := testapiserver.Start(t)
 	if n := createInventory(t, srv, "v1beta1", "v1beta2", "v1"); n != 4 {
 		t.Fatalf("created %d inventory objects, want 4", n)
 	}
@@ -214,13 +216,13 @@ func TestValidateBadInput(t *testing.T) {
 
 // createInventory creates the documents of the inventory file written in one of versions in the
 // server, each in the version it is written in, and returns how many.
-func createInventory(t *testing.T, srv *apiserver.Server, versions ...string) int {
+func createInventory(t *testing.T, srv *testapiserver.Server, versions ...string) int {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(srv.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resources := map[string]string{manifest.KindResourceSlice: "resourceslices", manifest.KindDeviceClass: "deviceclasses"}
+	resources := map[string]string{resourceversion.KindResourceSlice: "resourceslices", resourceversion.KindDeviceClass: "deviceclasses"}
 	n := 0
 	for _, d := range manifest.Documents([]byte(readText(t, inventoryFile))) {
 		if !slices.Contains(versions, d.GVK.Version) {
@@ -243,7 +245,7 @@ func createInventory(t *testing.T, srv *apiserver.Server, versions ...string) in
 // manifest is reported as not applicable, with the command that fixes it, and v1beta1 manifests
 // are judged against what the cluster publishes.
 func TestValidateOn132Cluster(t *testing.T) {
-	srv := apiserver.Start(t, apiserver.WithRuntimeConfig(apiserver.V1Beta1Only))
+	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(testapiserver.V1Beta1Only))
 	if n := createInventory(t, srv, "v1beta1"); n != 2 {
 		t.Fatalf("created %d inventory objects, want the class and las1's slice", n)
 	}
@@ -269,7 +271,7 @@ func TestValidateOn132Cluster(t *testing.T) {
 // response the webhook's handler gives for the same object and inventory.
 func TestValidateMatchesAdmission(t *testing.T) {
 	noCluster(t)
-	inv, err := manifest.ReadInventory([]byte(readText(t, inventoryFile)))
+	inv, err := published.Read([]byte(readText(t, inventoryFile)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +284,7 @@ func TestValidateMatchesAdmission(t *testing.T) {
 			}
 			data := []byte(readText(t, tc.file))
 			caseInv := *inv
-			extra, err := manifest.ReadInventory(manifest.Filter(data, manifest.KindDeviceClass))
+			extra, err := published.Read(manifest.Filter(data, resourceversion.KindDeviceClass))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +292,7 @@ func TestValidateMatchesAdmission(t *testing.T) {
 			h := &claimvalidation.Handler{Validator: newValidator("gpu.example.com", 8, deny, &caseInv)}
 			i := 0
 			for _, d := range manifest.Documents(data) {
-				if d.GVK.Group != manifest.Group || (d.GVK.Kind != manifest.KindClaim && d.GVK.Kind != manifest.KindTemplate) {
+				if d.GVK.Group != resourceversion.Group || (d.GVK.Kind != resourceversion.KindClaim && d.GVK.Kind != resourceversion.KindTemplate) {
 					continue
 				}
 				v := rep.Objects[i]

@@ -1,0 +1,120 @@
+package plugin
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+)
+
+// Publisher publishes the node's pool; the kubeletplugin helper implements it.
+type Publisher interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
+}
+
+// NodeGroupWatcher re-publishes when what the node should have changes: its labels (which pick
+// the node group) or the inventory file (a ConfigMap the chart mounts, updated in place by the
+// kubelet). The Node is watched, not polled, so a large cluster does not pay per node per interval;
+// the file is re-read every Interval because ConfigMap volume updates swap symlinks, which file
+// watches miss.
+type NodeGroupWatcher struct {
+	NodeName   string
+	ConfigPath string
+	Interval   time.Duration
+	Client     kubernetes.Interface
+	Driver     *Driver
+	Publisher  Publisher
+	// Current is the spec already published.
+	Current nodegroups.GroupSpec
+}
+
+// Run blocks until ctx is canceled.
+func (w *NodeGroupWatcher) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	trigger := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	// One informer for one node, not a SharedInformerFactory: the factory links every API
+	// group's informers and listers into the binary (14 MB of it).
+	nodes := coreinformers.NewFilteredNodeInformer(w.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + w.NodeName
+	})
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if !ok1 || !ok2 || !reflect.DeepEqual(o.Labels, n.Labels) {
+				poke()
+			}
+		},
+	})
+	go nodes.RunWithContext(ctx)
+	lister := corelisters.NewNodeLister(nodes.GetIndexer())
+
+	interval := w.Interval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-trigger:
+		}
+		node, err := lister.Get(w.NodeName)
+		if err != nil {
+			continue // not synced yet
+		}
+		cfg, err := nodegroups.LoadConfig(w.ConfigPath)
+		if err != nil {
+			// Keep publishing what we have; a broken edit must not take the node's GPUs away.
+			logger.Error(err, "Inventory config unreadable; keeping the published devices", "path", w.ConfigPath)
+			continue
+		}
+		spec := cfg.ForNode(node.Labels)
+		if specEqual(spec, w.Current) {
+			continue
+		}
+		source := simulated.New(w.NodeName, spec)
+		if err := w.Driver.SetDevices(ctx, source); err != nil {
+			logger.Error(err, "Inventory change not applied")
+			continue
+		}
+		resources, err := Resources(ctx, w.NodeName, source)
+		if err == nil {
+			err = w.Publisher.PublishResources(ctx, resources)
+		}
+		if err != nil {
+			logger.Error(err, "Re-publishing after inventory change failed")
+			continue
+		}
+		logger.Info("Inventory changed; re-published", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
+		w.Current = spec
+	}
+}
+
+func specEqual(a, b nodegroups.GroupSpec) bool {
+	if a.Count != b.Count || a.Model != b.Model || (a.Memory == nil) != (b.Memory == nil) {
+		return false
+	}
+	return a.Memory == nil || a.Memory.Cmp(*b.Memory) == 0
+}

@@ -1,0 +1,121 @@
+package simulated
+
+import (
+	"context"
+	"regexp"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+)
+
+var uuidFormat = regexp.MustCompile(`^gpu-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func TestDeviceUUID(t *testing.T) {
+	seen := map[string]string{}
+	for _, node := range []string{"las1", "las2", "las3"} {
+		for i := 0; i < 8; i++ {
+			u := DeviceUUID(node, i)
+			if !uuidFormat.MatchString(u) {
+				t.Errorf("DeviceUUID(%s, %d) = %q, not like gpu-94011f0b-8dcd-b4b0-cd99-40eab2e3c96a", node, i, u)
+			}
+			if again := DeviceUUID(node, i); again != u {
+				t.Errorf("DeviceUUID(%s, %d) not stable: %q then %q", node, i, u, again)
+			}
+			if other, dup := seen[u]; dup {
+				t.Errorf("DeviceUUID(%s, %d) = %q collides with %s", node, i, u, other)
+			}
+			seen[u] = node
+		}
+	}
+	// Node name and index must not be ambiguous when concatenated.
+	if DeviceUUID("node1", 11) == DeviceUUID("node11", 1) {
+		t.Error("node1/11 and node11/1 share a UUID")
+	}
+}
+
+func TestSimulatedDevices(t *testing.T) {
+	small := resource.MustParse("16Gi")
+	tests := []struct {
+		name       string
+		spec       nodegroups.GroupSpec
+		wantCount  int
+		wantModel  string
+		wantMemory string
+	}{
+		{name: "defaults", wantCount: 8, wantModel: deviceschema.DefaultModel, wantMemory: "80Gi"},
+		{name: "small", spec: nodegroups.GroupSpec{Count: 2, Model: "SMALL-GPU", Memory: &small}, wantCount: 2, wantModel: "SMALL-GPU", wantMemory: "16Gi"},
+		{name: "count only inherits model and memory", spec: nodegroups.GroupSpec{Count: 16}, wantCount: 16, wantModel: deviceschema.DefaultModel, wantMemory: "80Gi"},
+	}
+	schema := deviceschema.DeviceSchema()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			devices, err := New("node-a", tc.spec).Devices(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(devices) != tc.wantCount {
+				t.Fatalf("%d devices, want %d", len(devices), tc.wantCount)
+			}
+			for i, d := range devices {
+				if d.Name != deviceschema.DeviceName(i) {
+					t.Errorf("device %d named %q, want gpu-%d", i, d.Name, i)
+				}
+				if len(d.Attributes) != len(schema.Attributes) {
+					t.Errorf("%s has attributes %v, schema has %d", d.Name, d.Attributes, len(schema.Attributes))
+				}
+				for _, a := range schema.Attributes {
+					v, ok := d.Attributes[a.Name]
+					if !ok || attrType(v) != a.Type {
+						t.Errorf("%s attribute %s = %+v, want type %s", d.Name, a.Name, v, a.Type)
+					}
+				}
+				if got := *d.Attributes[deviceschema.AttrIndex].IntValue; got != int64(i) {
+					t.Errorf("%s index = %d", d.Name, got)
+				}
+				if got := *d.Attributes[deviceschema.AttrModel].StringValue; got != tc.wantModel {
+					t.Errorf("%s model = %q, want %q", d.Name, got, tc.wantModel)
+				}
+				if got := *d.Attributes[deviceschema.AttrDriverVersion].VersionValue; got != "1.0.0" {
+					t.Errorf("%s driverVersion = %q", d.Name, got)
+				}
+				if got := *d.Attributes[deviceschema.AttrUUID].StringValue; got != DeviceUUID("node-a", i) {
+					t.Errorf("%s uuid = %q", d.Name, got)
+				}
+				mem := d.Capacity[deviceschema.CapMemory].Value
+				if want := resource.MustParse(tc.wantMemory); mem.Cmp(want) != 0 {
+					t.Errorf("%s memory = %s, want %s", d.Name, mem.String(), tc.wantMemory)
+				}
+				for _, gated := range []bool{d.AllowMultipleAllocations != nil, len(d.Taints) > 0, len(d.ConsumesCounters) > 0, d.BindsToNode != nil, len(d.BindingConditions) > 0} {
+					if gated {
+						t.Errorf("%s sets a feature-gated field: %+v", d.Name, d)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSimulatedDefaults(t *testing.T) {
+	devices, _ := New("n", nodegroups.GroupSpec{}).Devices(context.Background())
+	if len(devices) != deviceschema.DefaultCount {
+		t.Fatalf("%d devices, want %d", len(devices), deviceschema.DefaultCount)
+	}
+}
+
+func attrType(a resourceapi.DeviceAttribute) deviceschema.AttributeType {
+	switch {
+	case a.IntValue != nil:
+		return deviceschema.IntType
+	case a.StringValue != nil:
+		return deviceschema.StringType
+	case a.BoolValue != nil:
+		return deviceschema.BoolType
+	case a.VersionValue != nil:
+		return deviceschema.VersionType
+	}
+	return ""
+}

@@ -1,0 +1,99 @@
+// Package deviceschema is the contract between the kubelet plugin and everything that judges
+// claims for it (the webhook, kubectl dra): the driver's default name (which is also the attribute
+// domain), how devices are named, which attributes and capacities every device publishes with
+// which CEL type, and the default values the seed's example driver publishes.
+//
+// Which node has how many devices of which model is internal/nodegroups; where the devices of one
+// node come from is driver/simulated (or a hardware backend).
+package deviceschema
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// DefaultDriverName is the DRA driver name (and attribute domain) of the seed's example driver,
+// which its manifests name: every binary's --driver-name defaults to it.
+const DefaultDriverName = "gpu.example.com"
+
+// Defaults of each device, as the seed's example driver publishes them.
+const (
+	DefaultCount         = 8
+	DefaultModel         = "LATEST-GPU-MODEL"
+	DefaultDriverVersion = "1.0.0"
+)
+
+// DefaultMemory is the memory capacity of each device unless its node group says otherwise.
+var DefaultMemory = resource.MustParse("80Gi")
+
+// DeviceName is the name of the device with the given index on its node: gpu-0, gpu-1, ...
+func DeviceName(index int) string { return fmt.Sprintf("gpu-%d", index) }
+
+// AttributeType is the type of a published attribute as CEL sees it.
+type AttributeType string
+
+const (
+	IntType     AttributeType = "int"
+	StringType  AttributeType = "string"
+	BoolType    AttributeType = "bool"
+	VersionType AttributeType = "version"
+)
+
+// Attribute and capacity names this driver publishes, in its own domain (the driver name).
+const (
+	AttrIndex         resourceapi.QualifiedName = "index"
+	AttrUUID          resourceapi.QualifiedName = "uuid"
+	AttrModel         resourceapi.QualifiedName = "model"
+	AttrDriverVersion resourceapi.QualifiedName = "driverVersion"
+	CapMemory         resourceapi.QualifiedName = "memory"
+)
+
+// Schema is what every device of this driver publishes. It is the one source of truth for the
+// publisher and for the webhook's selector checks.
+type Schema struct {
+	// Attributes in the order they are documented to users.
+	Attributes []AttributeSpec
+	// Capacities in the order they are documented to users.
+	Capacities []resourceapi.QualifiedName
+}
+
+// AttributeSpec names one attribute and its type.
+type AttributeSpec struct {
+	Name resourceapi.QualifiedName
+	Type AttributeType
+}
+
+// DeviceSchema returns the schema of the simulated GPUs.
+func DeviceSchema() Schema {
+	return Schema{
+		Attributes: []AttributeSpec{
+			{Name: AttrIndex, Type: IntType},
+			{Name: AttrModel, Type: StringType},
+			{Name: AttrUUID, Type: StringType},
+			{Name: AttrDriverVersion, Type: VersionType},
+		},
+		Capacities: []resourceapi.QualifiedName{CapMemory},
+	}
+}
+
+// Attribute returns the spec of the named attribute.
+func (s Schema) Attribute(name resourceapi.QualifiedName) (AttributeSpec, bool) {
+	for _, a := range s.Attributes {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return AttributeSpec{}, false
+}
+
+// HasCapacity reports whether the named capacity is published.
+func (s Schema) HasCapacity(name resourceapi.QualifiedName) bool {
+	for _, c := range s.Capacities {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,115 @@
+package published
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	draclient "k8s.io/dynamic-resource-allocation/client"
+	"k8s.io/klog/v2"
+)
+
+// Informers caches ResourceSlices, DeviceClasses (in whichever resource.k8s.io version the server
+// serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes (labels only).
+type Informers struct {
+	slices, classes, nodes cache.SharedIndexInformer
+	factory                informers.SharedInformerFactory
+	onChange               func()
+}
+
+// plainListWatch opts out of watch-list streaming: its initial-events bookmark would have to
+// survive the version conversion, which list+watch does not need.
+type plainListWatch struct{ *cache.ListWatch }
+
+func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+// NewInformers prepares the informers; onChange runs after every add, update or delete (use it
+// to invalidate a View).
+func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()) *Informers {
+	dra := draclient.New(cs)
+	i := &Informers{onChange: onChange}
+	i.slices = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return dra.ResourceSlices().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return dra.ResourceSlices().Watch(ctx, o)
+		},
+	}}, &resourceapi.ResourceSlice{}, resync, nil)
+	i.classes = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return dra.DeviceClasses().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return dra.DeviceClasses().Watch(ctx, o)
+		},
+	}}, &resourceapi.DeviceClass{}, resync, nil)
+	i.factory = informers.NewSharedInformerFactoryWithOptions(cs, resync, informers.WithTransform(nodeLabelsOnly))
+	i.nodes = i.factory.Core().V1().Nodes().Informer()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { i.changed() },
+		UpdateFunc: func(any, any) { i.changed() },
+		DeleteFunc: func(any) { i.changed() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{i.slices, i.classes, i.nodes} {
+		// Registration cannot fail before the informer runs.
+		_, _ = inf.AddEventHandler(handler)
+	}
+	return i
+}
+
+// nodeLabelsOnly keeps what the allocator reads of a Node (name and labels): a thousand full
+// Node objects are megabytes of status nobody here looks at.
+func nodeLabelsOnly(obj any) (any, error) {
+	n, ok := obj.(*v1.Node)
+	if !ok {
+		return obj, nil
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, ResourceVersion: n.ResourceVersion, UID: n.UID}}, nil
+}
+
+func (i *Informers) changed() {
+	if i.onChange != nil {
+		i.onChange()
+	}
+}
+
+// Start runs the informers until ctx ends.
+func (i *Informers) Start(ctx context.Context) {
+	klog.FromContext(ctx).V(2).Info("Starting inventory informers")
+	go i.slices.RunWithContext(ctx)
+	go i.classes.RunWithContext(ctx)
+	i.factory.Start(ctx.Done())
+}
+
+// HasSynced reports whether the initial lists are in the caches.
+func (i *Informers) HasSynced() bool {
+	return i.slices.HasSynced() && i.classes.HasSynced() && i.nodes.HasSynced()
+}
+
+func list[T any](inf cache.SharedIndexInformer) []*T {
+	objs := inf.GetStore().List()
+	out := make([]*T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(*T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Published lists the cached objects.
+func (i *Informers) Published() (*Objects, error) {
+	return &Objects{
+		Slices:  list[resourceapi.ResourceSlice](i.slices),
+		Classes: list[resourceapi.DeviceClass](i.classes),
+		Nodes:   list[v1.Node](i.nodes),
+	}, nil
+}

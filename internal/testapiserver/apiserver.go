@@ -1,0 +1,126 @@
+// Package testapiserver is a test library: it starts a real etcd and kube-apiserver
+// (controller-runtime's envtest) from the binaries the harness builds, for integration tests that
+// need the API server but no node. Only _test.go files import it.
+package testapiserver
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+)
+
+// AssetsEnv names the directory holding kube-apiserver, etcd and kubectl (`make envtest-assets`).
+const AssetsEnv = "KUBEBUILDER_ASSETS"
+
+// V1Beta1Only is the runtime config of a 1.32-like server: resource.k8s.io served as v1beta1 only.
+const V1Beta1Only = "resource.k8s.io/v1=false,resource.k8s.io/v1beta2=false,resource.k8s.io/v1beta1=true"
+
+// AllVersions serves every resource.k8s.io version the binary knows.
+const AllVersions = "resource.k8s.io/v1=true,resource.k8s.io/v1beta2=true,resource.k8s.io/v1beta1=true"
+
+type options struct {
+	runtimeConfig string
+	featureGates  string
+	webhooks      envtest.WebhookInstallOptions
+}
+
+// Option configures the server.
+type Option func(*options)
+
+// WithRuntimeConfig passes --runtime-config, e.g. V1Beta1Only.
+func WithRuntimeConfig(rc string) Option { return func(o *options) { o.runtimeConfig = rc } }
+
+// WithFeatureGates passes --feature-gates.
+func WithFeatureGates(fg string) Option { return func(o *options) { o.featureGates = fg } }
+
+// WithWebhooks installs webhook configurations that point at a local server (envtest generates its
+// serving certificate; read LocalServingCertDir/Host/Port from Server.Env.WebhookInstallOptions).
+func WithWebhooks(w envtest.WebhookInstallOptions) Option { return func(o *options) { o.webhooks = w } }
+
+// Server is a running control plane.
+type Server struct {
+	Env       *envtest.Environment
+	Config    *rest.Config
+	Clientset kubernetes.Interface
+}
+
+// AssetsDir returns the binaries' directory. Without it a test skips loudly, except in CI (CI=true),
+// where a missing API server is a failure: a skipped integration test there is a test that does
+// not exist.
+func AssetsDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv(AssetsEnv)
+	missing := dir == ""
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			missing = true
+		}
+	}
+	if missing {
+		msg := "needs a real kube-apiserver and etcd: set " + AssetsEnv + " (run `make envtest-assets`, or use `make test`)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPED: " + msg)
+	}
+	return dir
+}
+
+var setLogger sync.Once
+
+// Start runs etcd and kube-apiserver for the test and stops them in t.Cleanup.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	// envtest (and managers under test) log through controller-runtime; without a logger it prints
+	// a warning with a stack trace.
+	setLogger.Do(func() { ctrllog.SetLogger(klog.Background()) })
+	o := options{runtimeConfig: AllVersions}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: AssetsDir(t),
+		WebhookInstallOptions: o.webhooks,
+		ControlPlane:          envtest.ControlPlane{APIServer: &envtest.APIServer{}},
+	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	if o.runtimeConfig != "" {
+		args.Set("runtime-config", o.runtimeConfig)
+	}
+	if o.featureGates != "" {
+		args.Set("feature-gates", o.featureGates)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver (runtime-config %q): %v", o.runtimeConfig, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop kube-apiserver: %v", err)
+		}
+	})
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("clientset: %v", err)
+	}
+	return &Server{Env: env, Config: cfg, Clientset: cs}
+}
+
+// ServedResourceVersions lists the resource.k8s.io versions the server serves, newest first.
+func (s *Server) ServedResourceVersions(t testing.TB) []string {
+	t.Helper()
+	served, err := resourceversion.Served(s.Clientset.Discovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return served
+}

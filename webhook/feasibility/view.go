@@ -1,0 +1,382 @@
+// Package feasibility answers "could the scheduler allocate this claim right now?" from the
+// published ResourceSlices, DeviceClasses and Nodes, using the scheduler's own allocator
+// (k8s.io/dynamic-resource-allocation/structured) with the work bounded for large clusters:
+// devices are grouped by the attribute values a request reads, selector results are cached per
+// group, nodes without a matching device are skipped and nodes of the same shape are tried once.
+package feasibility
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+)
+
+// Lister reads the current published objects: published.Informers in the webhook, a fixed
+// published.Objects in kubectl dra and in tests.
+type Lister interface {
+	Published() (*published.Objects, error)
+}
+
+// View is the cached, indexed inventory. Call Invalidate when the lister's content changes.
+type View struct {
+	lister   Lister
+	checker  *celcheck.Checker
+	celCache *dracel.Cache
+	features structured.Features
+
+	verdictCacheSize int
+	timeout          time.Duration
+
+	generation atomic.Uint64
+	mu         sync.Mutex
+	snap       *snapshot
+
+	matchMu sync.RWMutex
+	// matches caches selector verdicts by (selectors, device values the selectors read); the
+	// answer depends on nothing else, so it survives inventory changes.
+	matches map[string]bool
+}
+
+// Option configures a View.
+type Option func(*View)
+
+// WithVerdictCacheSize bounds the verdicts remembered per inventory state (default 1024; 0
+// disables). Every pod created from a template brings a claim with the same spec, so most
+// questions repeat until the inventory changes.
+func WithVerdictCacheSize(n int) Option { return func(v *View) { v.verdictCacheSize = n } }
+
+// WithTimeout bounds the allocator's search per question (default 250ms). The search is
+// exhaustive and can be exponential in the number of requests; the scheduler bounds it the same
+// way. A question that runs out of time is answered "unknown", never with a warning.
+func WithTimeout(d time.Duration) Option { return func(v *View) { v.timeout = d } }
+
+// New returns a view over lister; checker (shared with the validator, so selectors are analyzed
+// once) tells which attributes selectors read.
+func New(lister Lister, checker *celcheck.Checker, opts ...Option) *View {
+	v := &View{
+		lister:   lister,
+		checker:  checker,
+		celCache: dracel.NewCache(1024, dracel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true}),
+		// The feature set of the stable allocator, which the scheduler uses by default.
+		features: structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true},
+		matches:  map[string]bool{},
+
+		verdictCacheSize: 1024,
+		timeout:          250 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(v)
+	}
+	v.generation.Store(1)
+	return v
+}
+
+// Invalidate marks the cached index stale; the next question rebuilds it.
+func (v *View) Invalidate() { v.generation.Add(1) }
+
+// DeviceClass returns the named class, or nil when it does not exist.
+func (v *View) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
+	s, err := v.current()
+	if err != nil {
+		return nil, err
+	}
+	return s.classes[name], nil
+}
+
+// device is one published device with the inputs the CEL selectors see.
+type device struct {
+	input dracel.Device
+	taint string
+}
+
+type snapshot struct {
+	generation uint64
+	classes    map[string]*resourceapi.DeviceClass
+	nodes      []*v1.Node // sorted by name
+	nodeIndex  map[string]int
+	// nodeSlices are the slices each node sees: its own plus those shared with it.
+	nodeSlices [][]*resourceapi.ResourceSlice
+	devices    []device
+	// nodeDevices are the indices of the devices each node can use.
+	nodeDevices [][]int
+	// deviceNodes are the nodes each device is usable from.
+	deviceNodes [][]int
+	// exact disables grouping of nodes by shape when pools are partitioned or incomplete, where
+	// devices of equal attributes are not interchangeable.
+	exact bool
+
+	projMu      sync.Mutex
+	projections map[string]*projection
+	// matchResults caches deviceMatches by selectors.
+	matchResults map[string]*deviceMatches
+	// verdicts caches Unsatisfiable answers by namespace and spec.
+	verdicts map[string]string
+}
+
+// projection groups the devices by the values of the attributes a set of selectors reads.
+type projection struct {
+	keys   []string
+	groups map[string][]int
+	order  []string
+}
+
+func (v *View) current() (*snapshot, error) {
+	gen := v.generation.Load()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.snap != nil && v.snap.generation == gen {
+		return v.snap, nil
+	}
+	s, err := v.build(gen)
+	if err != nil {
+		return nil, err
+	}
+	v.snap = s
+	return s, nil
+}
+
+func (v *View) build(gen uint64) (*snapshot, error) {
+	objs, err := v.lister.Published()
+	if err != nil {
+		return nil, fmt.Errorf("list published objects: %w", err)
+	}
+	slices, classes, nodes := objs.Slices, objs.Classes, objs.Nodes
+	s := &snapshot{generation: gen, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, projections: map[string]*projection{}, matchResults: map[string]*deviceMatches{}, verdicts: map[string]string{}}
+	for _, c := range classes {
+		s.classes[c.Name] = c
+	}
+	addNode := func(n *v1.Node) {
+		if _, ok := s.nodeIndex[n.Name]; !ok {
+			s.nodeIndex[n.Name] = -1
+			s.nodes = append(s.nodes, n)
+		}
+	}
+	for _, n := range nodes {
+		addNode(n)
+	}
+	// A slice may name a node the cache has not seen (offline inventories list no nodes).
+	for _, sl := range slices {
+		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
+			addNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: *sl.Spec.NodeName}})
+		}
+	}
+	sort.Slice(s.nodes, func(i, j int) bool { return s.nodes[i].Name < s.nodes[j].Name })
+	for i, n := range s.nodes {
+		s.nodeIndex[n.Name] = i
+	}
+	s.nodeSlices = make([][]*resourceapi.ResourceSlice, len(s.nodes))
+	s.nodeDevices = make([][]int, len(s.nodes))
+
+	poolSlices := map[string]int{}
+	poolWant := map[string]int64{}
+	for _, sl := range slices {
+		pool := sl.Spec.Driver + "/" + sl.Spec.Pool.Name
+		poolSlices[pool]++
+		poolWant[pool] = sl.Spec.Pool.ResourceSliceCount
+		if len(sl.Spec.SharedCounters) > 0 {
+			s.exact = true
+		}
+		var users []int
+		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
+			users = []int{s.nodeIndex[*sl.Spec.NodeName]}
+		} else {
+			for i, n := range s.nodes {
+				ok, err := structured.NodeMatches(v.features, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
+				if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
+					users = append(users, i)
+				}
+			}
+			if sl.Spec.PerDeviceNodeSelection != nil {
+				s.exact = true
+			}
+		}
+		for _, u := range users {
+			s.nodeSlices[u] = append(s.nodeSlices[u], sl)
+		}
+		for i := range sl.Spec.Devices {
+			d := &sl.Spec.Devices[i]
+			if len(d.ConsumesCounters) > 0 {
+				s.exact = true
+			}
+			idx := len(s.devices)
+			s.devices = append(s.devices, device{
+				input: dracel.Device{Driver: sl.Spec.Driver, AllowMultipleAllocations: d.AllowMultipleAllocations, Attributes: d.Attributes, Capacity: d.Capacity},
+				taint: taintKey(d.Taints),
+			})
+			s.deviceNodes = append(s.deviceNodes, users)
+			for _, u := range users {
+				s.nodeDevices[u] = append(s.nodeDevices[u], idx)
+			}
+		}
+	}
+	for pool, n := range poolSlices {
+		if int64(n) != poolWant[pool] {
+			s.exact = true
+		}
+	}
+	return s, nil
+}
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
+
+func taintKey(taints []resourceapi.DeviceTaint) string {
+	if len(taints) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(taints))
+	for _, t := range taints {
+		parts = append(parts, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// attributeValue finds a device attribute by domain and name the way the CEL environment does:
+// names without a domain belong to the device's driver.
+func attributeValue(d *dracel.Device, domain, name string) (string, bool) {
+	if domain == d.Driver {
+		if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok {
+			return attrString(a), true
+		}
+	}
+	if a, ok := d.Attributes[resourceapi.QualifiedName(domain+"/"+name)]; ok {
+		return attrString(a), true
+	}
+	return "", false
+}
+
+func capacityValue(d *dracel.Device, domain, name string) (string, bool) {
+	if domain == d.Driver {
+		if c, ok := d.Capacity[resourceapi.QualifiedName(name)]; ok {
+			return c.Value.String(), true
+		}
+	}
+	if c, ok := d.Capacity[resourceapi.QualifiedName(domain+"/"+name)]; ok {
+		return c.Value.String(), true
+	}
+	return "", false
+}
+
+func attrString(a resourceapi.DeviceAttribute) string {
+	switch {
+	case a.IntValue != nil:
+		return fmt.Sprintf("i%d", *a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprintf("b%t", *a.BoolValue)
+	case a.StringValue != nil:
+		return "s" + *a.StringValue
+	case a.VersionValue != nil:
+		return "v" + *a.VersionValue
+	}
+	return fmt.Sprintf("%v", a)
+}
+
+// fullKey identifies every value of a device a selector could read.
+func fullKey(d *dracel.Device) string {
+	var b strings.Builder
+	b.WriteString(d.Driver)
+	names := make([]string, 0, len(d.Attributes)+len(d.Capacity))
+	for n, a := range d.Attributes {
+		names = append(names, "a"+string(n)+"="+attrString(a))
+	}
+	for n, c := range d.Capacity {
+		names = append(names, "c"+string(n)+"="+c.Value.String())
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b.WriteByte(0)
+		b.WriteString(n)
+	}
+	if d.AllowMultipleAllocations != nil {
+		fmt.Fprintf(&b, "\x00m%t", *d.AllowMultipleAllocations)
+	}
+	return b.String()
+}
+
+// refsKey names a set of references; "" with opaque means "everything".
+func refsKey(refs []celcheck.Ref, opaque bool) string {
+	if opaque {
+		return "*"
+	}
+	parts := make([]string, 0, len(refs))
+	for _, r := range refs {
+		parts = append(parts, fmt.Sprintf("%t/%s/%s", r.Capacity, r.Domain, r.Name))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "\x00")
+}
+
+// projectionFor groups the devices by the values refs read; cached per snapshot.
+func (s *snapshot) projectionFor(refs []celcheck.Ref, opaque bool) *projection {
+	key := refsKey(refs, opaque)
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	if p, ok := s.projections[key]; ok {
+		return p
+	}
+	p := &projection{keys: make([]string, len(s.devices)), groups: map[string][]int{}}
+	var b strings.Builder
+	for i := range s.devices {
+		d := &s.devices[i].input
+		var k string
+		if opaque {
+			k = fullKey(d)
+		} else {
+			b.Reset()
+			b.WriteString(d.Driver)
+			for _, r := range refs {
+				b.WriteByte(0)
+				var val string
+				var ok bool
+				if r.Capacity {
+					val, ok = capacityValue(d, r.Domain, r.Name)
+				} else {
+					val, ok = attributeValue(d, r.Domain, r.Name)
+				}
+				if ok {
+					b.WriteString(val)
+				} else {
+					b.WriteString("\x01missing")
+				}
+			}
+			k = b.String()
+		}
+		p.keys[i] = k
+		if _, ok := p.groups[k]; !ok {
+			p.order = append(p.order, k)
+		}
+		p.groups[k] = append(p.groups[k], i)
+	}
+	s.projections[key] = p
+	return p
+}
+
+// classLister serves the snapshot's classes to the allocator.
+type classLister struct{ s *snapshot }
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(l.s.classes))
+	for _, c := range l.s.classes {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if c, ok := l.s.classes[name]; ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("DeviceClass %q not found", name)
+}
