@@ -29,9 +29,10 @@ help: ## list targets
 build: ## build the project's binaries into _output/bin
 	@mkdir -p _output/bin
 	@for b in $(BINARIES); do \
-	  if [ -d cmd/$$b ]; then CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/$$b ./cmd/$$b; fi; \
+	  if [ -d cmd/$$b ]; then s=$$(date +%s); echo "    go build $$b ..."; \
+	    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o _output/bin/$$b ./cmd/$$b; \
+	    echo "    go build $$b done in $$(( $$(date +%s) - s ))s"; fi; \
 	done
-	@ls _output/bin
 
 deps: ## install Debian packages and Go tools that tests and the demo need
 	@hack/install-deps.sh

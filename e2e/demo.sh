@@ -35,7 +35,7 @@ if [ ! -d charts/gpu-dra ]; then
   kubectl -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded pod/demo-smoke --timeout=120s >/dev/null
   add "smoke pod: $(kubectl -n "$NS" logs demo-smoke)"
 else
-  "$HERE/build-tools.sh" helm >/dev/null
+  "$HERE/build-tools.sh" helm   # cold: about 2 minutes, with its own progress lines
   step "installing the chart (helm upgrade --install gpu-dra charts/gpu-dra -n gpu-dra)"
   helm upgrade --install gpu-dra charts/gpu-dra -n gpu-dra --create-namespace --wait --timeout 5m \
     --set image.repository="${PROJECT_IMAGE%:*}" --set image.tag="${PROJECT_IMAGE##*:}" --set image.pullPolicy=Never >/dev/null
