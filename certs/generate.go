@@ -1,7 +1,3 @@
-// Package certs keeps the webhook's serving certificate: in self mode it creates a CA and a
-// serving certificate, stores them in a Secret shared by all replicas, renews them before they
-// expire, patches the CA into the webhook configurations and writes the certificate to the
-// directory the webhook server's cert watcher reloads from.
 package certs
 
 import (
