@@ -429,7 +429,7 @@ func (c *cluster) slices(ctx context.Context, version string) ([]resourceapi.Dev
 
 // consistent checks the crash-safety invariant: the CDI specs on disk are exactly the checkpoint's
 // entries. It returns the entries.
-func (c *cluster) consistent(t testing.TB) map[types.UID]cdi.Claim {
+func (c *cluster) consistent(t testing.TB) map[types.UID]checkpoint.PreparedClaim {
 	t.Helper()
 	data, err := checkpoint.NewStore(c.dataDir()).Load()
 	if err != nil {

@@ -1,10 +1,19 @@
 // Package cdi writes and removes the CDI spec of each prepared claim. One spec file per claim, named
-// after the claim UID, so that unprepare (possibly in another plugin instance) finds exactly its file,
-// and a spec can be traced back to its claim when the plugin reconciles after a crash.
+// after the claim UID, so that unprepare (possibly in another plugin instance) finds exactly its file.
+//
+// A spec is rendered from the claim's checkpoint entry and carries that entry in its
+// "prepared-claim" annotation: when the checkpoint is lost, Read recovers the entry from there,
+// so what the container's environment looks like never decides what the plugin believes is
+// prepared. Two older layouts stay in use for a while:
+//   - the claim and device annotations (claim-uid, pool, device, ...) are still written, because a
+//     plugin of the previous release, after a rollback, does not know the current checkpoint
+//     format, treats it as corrupt and rebuilds its state from exactly those annotations;
+//   - specs written by that release lack the entry, and Read has to parse them as it wrote them:
+//     the annotations plus the sharing variables (legacy.go, frozen), or a checkpoint lost right
+//     after an upgrade would lose every claim prepared before it.
 package cdi
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +24,8 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
 
 // DefaultRoot is where container runtimes look for CDI specs by default.
@@ -23,7 +34,10 @@ const DefaultRoot = "/var/run/cdi"
 // Class is the CDI class of every device this driver hands out.
 const Class = "gpu"
 
-// Annotation keys on a spec; they carry what is needed to rebuild a checkpoint entry from a spec.
+// annotationPreparedClaim holds the claim's checkpoint entry (checkpoint.EncodeClaim).
+const annotationPreparedClaim = "prepared-claim"
+
+// Annotation keys a spec has carried since before annotationPreparedClaim; see the package doc.
 const (
 	annotationClaimUID       = "claim-uid"
 	annotationClaimNamespace = "claim-namespace"
@@ -33,34 +47,6 @@ const (
 	annotationDevice         = "device"
 	annotationAdminAccess    = "admin-access"
 )
-
-// Sharing is how a device is shared, rendered as environment variables.
-type Sharing struct {
-	Strategy          string `json:"strategy"`
-	TimeSliceInterval string `json:"timeSliceInterval,omitempty"`
-	PartitionCount    int    `json:"partitionCount,omitempty"`
-}
-
-// Device is one allocated device of a claim.
-type Device struct {
-	// Request is the request (or request/subrequest) it was allocated for.
-	Request string `json:"request"`
-	Pool    string `json:"pool"`
-	// Name is the device name in the pool, gpu-<index>.
-	Name    string  `json:"name"`
-	Index   int     `json:"index"`
-	Sharing Sharing `json:"sharing"`
-	// AdminAccess devices may be in use by other claims at the same time (monitoring, debugging).
-	AdminAccess bool `json:"adminAccess,omitempty"`
-}
-
-// Claim is what a spec is built from.
-type Claim struct {
-	UID       types.UID `json:"uid"`
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	Devices   []Device  `json:"devices"`
-}
 
 // Writer owns this driver's spec files in one CDI directory.
 type Writer struct {
@@ -93,10 +79,16 @@ func NewWriter(root, driverName string) (*Writer, error) {
 // Kind is the CDI kind, e.g. k8s.gpu.example.com/gpu.
 func (w *Writer) Kind() string { return w.vendor + "/" + Class }
 
-// DeviceID is the qualified CDI device name of one device of a claim. The claim UID makes it unique
-// so a runtime's cached spec of an earlier claim never matches.
-func (w *Writer) DeviceID(claimUID types.UID, deviceName string) string {
-	return cdiparser.QualifiedName(w.vendor, Class, cdiDeviceName(claimUID, deviceName))
+// DeviceName is the CDI device name of a newly prepared device. The claim UID makes it unique so
+// a runtime's cached spec of an earlier claim never matches.
+func DeviceName(claimUID types.UID, deviceName string) string {
+	return string(claimUID) + "-" + deviceName
+}
+
+// DeviceID is the qualified CDI device name the kubelet hands to the runtime for a device named
+// cdiDevice in one of this writer's specs.
+func (w *Writer) DeviceID(cdiDevice string) string {
+	return cdiparser.QualifiedName(w.vendor, Class, cdiDevice)
 }
 
 // SpecPath is the file of a claim's spec.
@@ -108,25 +100,26 @@ func (w *Writer) specName(claimUID types.UID) string {
 	return cdiapi.GenerateTransientSpecName(w.vendor, Class, string(claimUID))
 }
 
-func cdiDeviceName(claimUID types.UID, deviceName string) string {
-	return string(claimUID) + "-" + deviceName
-}
-
 // Spec builds the spec of a claim: one CDI device per allocated device, each setting
 // GPU_DEVICE_<index> and its claim and sharing variables.
-func (w *Writer) Spec(claim Claim) *cdispec.Spec {
+func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
+	entry, err := checkpoint.EncodeClaim(claim)
+	if err != nil {
+		return nil, err
+	}
 	spec := &cdispec.Spec{
 		Kind: w.Kind(),
 		Annotations: map[string]string{
 			annotationClaimUID:       string(claim.UID),
 			annotationClaimNamespace: claim.Namespace,
 			annotationClaimName:      claim.Name,
+			annotationPreparedClaim:  entry,
 		},
 	}
 	for _, d := range claim.Devices {
 		prefix := fmt.Sprintf("GPU_DEVICE_%d", d.Index)
 		env := []string{
-			prefix + "=" + d.Name,
+			prefix + "=" + d.Device,
 			prefix + "_RESOURCE_CLAIM=" + string(claim.UID),
 			prefix + "_SHARING_STRATEGY=" + d.Sharing.Strategy,
 		}
@@ -139,13 +132,13 @@ func (w *Writer) Spec(claim Claim) *cdispec.Spec {
 		annotations := map[string]string{
 			annotationRequest: d.Request,
 			annotationPool:    d.Pool,
-			annotationDevice:  d.Name,
+			annotationDevice:  d.Device,
 		}
 		if d.AdminAccess {
 			annotations[annotationAdminAccess] = "true"
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
-			Name:           cdiDeviceName(claim.UID, d.Name),
+			Name:           d.CDIDevice,
 			Annotations:    annotations,
 			ContainerEdits: cdispec.ContainerEdits{Env: env},
 		})
@@ -156,12 +149,16 @@ func (w *Writer) Spec(claim Claim) *cdispec.Spec {
 	} else {
 		spec.Version = cdispec.CurrentVersion
 	}
-	return spec
+	return spec, nil
 }
 
 // Write writes the claim's spec atomically (temp file and rename, by the CDI library).
-func (w *Writer) Write(claim Claim) error {
-	if err := w.cache.WriteSpec(w.Spec(claim), w.specName(claim.UID)+".json"); err != nil {
+func (w *Writer) Write(claim checkpoint.PreparedClaim) error {
+	spec, err := w.Spec(claim)
+	if err == nil {
+		err = w.cache.WriteSpec(spec, w.specName(claim.UID)+".json")
+	}
+	if err != nil {
 		return fmt.Errorf("write CDI spec %s: %w", w.SpecPath(claim.UID), err)
 	}
 	return nil
@@ -200,51 +197,35 @@ func (w *Writer) List() ([]types.UID, error) {
 	return uids, nil
 }
 
-// Read rebuilds the claim a spec was written for, from the spec's annotations. Only needed when the
-// checkpoint is lost: then the specs are the record of what is prepared.
-func (w *Writer) Read(claimUID types.UID) (Claim, error) {
+// Read recovers the checkpoint entry a spec was written from. Only needed when the checkpoint is
+// lost: then the specs are the record of what is prepared.
+func (w *Writer) Read(claimUID types.UID) (checkpoint.PreparedClaim, error) {
 	path := w.SpecPath(claimUID)
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Claim{}, fmt.Errorf("read CDI spec %s: %w", path, err)
+		return checkpoint.PreparedClaim{}, fmt.Errorf("read CDI spec %s: %w", path, err)
 	}
 	spec, err := cdiapi.ParseSpec(data)
 	if err != nil {
-		return Claim{}, fmt.Errorf("parse CDI spec %s: %w", path, err)
+		return checkpoint.PreparedClaim{}, fmt.Errorf("parse CDI spec %s: %w", path, err)
 	}
 	if spec.Kind != w.Kind() {
-		return Claim{}, fmt.Errorf("CDI spec %s: kind %q is not %q", path, spec.Kind, w.Kind())
+		return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: kind %q is not %q", path, spec.Kind, w.Kind())
 	}
-	claim := Claim{
-		UID:       types.UID(spec.Annotations[annotationClaimUID]),
-		Namespace: spec.Annotations[annotationClaimNamespace],
-		Name:      spec.Annotations[annotationClaimName],
+	entry, ok := spec.Annotations[annotationPreparedClaim]
+	if !ok {
+		claim, err := readLegacy(spec, claimUID)
+		if err != nil {
+			return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: %w", path, err)
+		}
+		return claim, nil
+	}
+	claim, err := checkpoint.DecodeClaim(entry)
+	if err != nil {
+		return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: annotation %s: %w", path, annotationPreparedClaim, err)
 	}
 	if claim.UID != claimUID || claim.Name == "" {
-		return Claim{}, fmt.Errorf("CDI spec %s: annotations do not name claim %s", path, claimUID)
-	}
-	for _, d := range spec.Devices {
-		dev := Device{Request: d.Annotations[annotationRequest], Pool: d.Annotations[annotationPool], Name: d.Annotations[annotationDevice],
-			AdminAccess: d.Annotations[annotationAdminAccess] == "true"}
-		if dev.Name == "" || dev.Pool == "" {
-			return Claim{}, errors.New("CDI spec " + path + ": device " + d.Name + " lacks pool or device annotation")
-		}
-		if _, err := fmt.Sscanf(dev.Name, "gpu-%d", &dev.Index); err != nil {
-			return Claim{}, fmt.Errorf("CDI spec %s: device %q is not gpu-<index>", path, dev.Name)
-		}
-		prefix := fmt.Sprintf("GPU_DEVICE_%d_", dev.Index)
-		for _, e := range d.ContainerEdits.Env {
-			k, v, _ := strings.Cut(e, "=")
-			switch k {
-			case prefix + "SHARING_STRATEGY":
-				dev.Sharing.Strategy = v
-			case prefix + "TIMESLICE_INTERVAL":
-				dev.Sharing.TimeSliceInterval = v
-			case prefix + "PARTITION_COUNT":
-				_, _ = fmt.Sscanf(v, "%d", &dev.Sharing.PartitionCount)
-			}
-		}
-		claim.Devices = append(claim.Devices, dev)
+		return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: annotations do not name claim %s", path, claimUID)
 	}
 	return claim, nil
 }

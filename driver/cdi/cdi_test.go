@@ -10,19 +10,21 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
 
 func TestSpec(t *testing.T) {
 	w := newWriter(t)
 	tests := []struct {
 		name    string
-		claim   Claim
+		claim   checkpoint.PreparedClaim
 		wantEnv map[string][]string // CDI device name -> env
 	}{
 		{
 			name: "one device, default time slicing",
-			claim: Claim{UID: "uid-1", Namespace: "ns", Name: "c1", Devices: []Device{
-				{Request: "gpu", Pool: "node-a", Name: "gpu-3", Index: 3, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"}},
+			claim: checkpoint.PreparedClaim{UID: "uid-1", Namespace: "ns", Name: "c1", Devices: []checkpoint.PreparedDevice{
+				{Request: "gpu", Pool: "node-a", Device: "gpu-3", Index: 3, Sharing: checkpoint.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"}, CDIDevice: DeviceName("uid-1", "gpu-3")},
 			}},
 			wantEnv: map[string][]string{"uid-1-gpu-3": {
 				"GPU_DEVICE_3=gpu-3", "GPU_DEVICE_3_RESOURCE_CLAIM=uid-1",
@@ -31,9 +33,9 @@ func TestSpec(t *testing.T) {
 		},
 		{
 			name: "two devices, space partitioning",
-			claim: Claim{UID: "uid-2", Namespace: "ns", Name: "c2", Devices: []Device{
-				{Request: "a", Pool: "node-a", Name: "gpu-0", Index: 0, Sharing: Sharing{Strategy: "SpacePartitioning", PartitionCount: 4}},
-				{Request: "b/sub", Pool: "node-a", Name: "gpu-7", Index: 7, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Long"}, AdminAccess: true},
+			claim: checkpoint.PreparedClaim{UID: "uid-2", Namespace: "ns", Name: "c2", Devices: []checkpoint.PreparedDevice{
+				{Request: "a", Pool: "node-a", Device: "gpu-0", Index: 0, Sharing: checkpoint.Sharing{Strategy: "SpacePartitioning", PartitionCount: 4}, CDIDevice: DeviceName("uid-2", "gpu-0")},
+				{Request: "b/sub", Pool: "node-a", Device: "gpu-7", Index: 7, Sharing: checkpoint.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Long"}, AdminAccess: true, CDIDevice: DeviceName("uid-2", "gpu-7")},
 			}},
 			wantEnv: map[string][]string{
 				"uid-2-gpu-0": {"GPU_DEVICE_0=gpu-0", "GPU_DEVICE_0_RESOURCE_CLAIM=uid-2", "GPU_DEVICE_0_SHARING_STRATEGY=SpacePartitioning", "GPU_DEVICE_0_PARTITION_COUNT=4"},
@@ -66,11 +68,11 @@ func TestSpec(t *testing.T) {
 				t.Errorf("env = %v\nwant  %v", got, tc.wantEnv)
 			}
 			for _, d := range tc.claim.Devices {
-				id := w.DeviceID(tc.claim.UID, d.Name)
-				if want := "k8s.gpu.example.com/gpu=" + string(tc.claim.UID) + "-" + d.Name; id != want {
+				id := w.DeviceID(d.CDIDevice)
+				if want := "k8s.gpu.example.com/gpu=" + string(tc.claim.UID) + "-" + d.Device; id != want {
 					t.Errorf("DeviceID = %q, want %q", id, want)
 				}
-				if spec.GetDevice(string(tc.claim.UID)+"-"+d.Name) == nil {
+				if spec.GetDevice(string(tc.claim.UID)+"-"+d.Device) == nil {
 					t.Errorf("spec lacks device for %s", id)
 				}
 			}
@@ -94,7 +96,8 @@ func TestSpec(t *testing.T) {
 
 func TestRemoveIsIdempotent(t *testing.T) {
 	w := newWriter(t)
-	c := Claim{UID: "u", Namespace: "ns", Name: "c", Devices: []Device{{Request: "r", Pool: "p", Name: "gpu-0", Sharing: Sharing{Strategy: "TimeSlicing"}}}}
+	c := checkpoint.PreparedClaim{UID: "u", Namespace: "ns", Name: "c", Devices: []checkpoint.PreparedDevice{
+		{Request: "r", Pool: "p", Device: "gpu-0", Sharing: checkpoint.Sharing{Strategy: "TimeSlicing"}, CDIDevice: "u-gpu-0"}}}
 	if err := w.Write(c); err != nil {
 		t.Fatal(err)
 	}
@@ -123,14 +126,74 @@ func TestListIgnoresOtherFiles(t *testing.T) {
 
 func TestReadRejectsForeignSpec(t *testing.T) {
 	w := newWriter(t)
-	raw, _ := json.Marshal(map[string]any{"cdiVersion": "0.5.0", "kind": "k8s.gpu.example.com/gpu", "devices": []any{
-		map[string]any{"name": "x", "containerEdits": map[string]any{"env": []string{"A=1"}}},
-	}})
-	if err := os.WriteFile(w.SpecPath("z"), raw, 0o644); err != nil {
+	entry, err := checkpoint.EncodeClaim(checkpoint.PreparedClaim{UID: "other", Namespace: "ns", Name: "c"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Read("z"); err == nil {
-		t.Error("Read accepted a spec without claim annotations")
+	for name, annotations := range map[string]map[string]string{
+		"no claim annotations":   nil,
+		"entry of another claim": {"prepared-claim": entry},
+		"entry not decodable":    {"prepared-claim": `{"version":"gpu.example.com/checkpoint/v0"}`},
+	} {
+		spec := map[string]any{"cdiVersion": "0.6.0", "kind": "k8s.gpu.example.com/gpu", "devices": []any{
+			map[string]any{"name": "x", "containerEdits": map[string]any{"env": []string{"A=1"}}},
+		}}
+		if annotations != nil {
+			spec["annotations"] = annotations
+		}
+		raw, _ := json.Marshal(spec)
+		if err := os.WriteFile(w.SpecPath("z"), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Read("z"); err == nil {
+			t.Errorf("%s: Read accepted the spec", name)
+		}
+	}
+}
+
+// Recovery reads the entry a spec carries, not the environment rendered from it: changing the
+// variables a container sees cannot change what a restarted plugin believes is prepared.
+func TestReadIgnoresEnvironment(t *testing.T) {
+	w := newWriter(t)
+	c := checkpoint.PreparedClaim{UID: "u", Namespace: "ns", Name: "c", Devices: []checkpoint.PreparedDevice{
+		{Request: "r", Pool: "p", Device: "gpu-2", Index: 2, Sharing: checkpoint.Sharing{Strategy: "SpacePartitioning", PartitionCount: 2}, CDIDevice: "u-gpu-2"}}}
+	spec, err := w.Spec(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range spec.Devices {
+		spec.Devices[i].ContainerEdits.Env = []string{"RENAMED_GPU=gpu-2"}
+	}
+	raw, _ := json.Marshal(spec)
+	if err := os.WriteFile(w.SpecPath(c.UID), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	back, err := w.Read(c.UID)
+	if err != nil || !reflect.DeepEqual(back, c) {
+		t.Errorf("Read = %+v, %v; want %+v", back, err, c)
+	}
+}
+
+// Specs written before they carried their entry are read as that release wrote them.
+func TestReadLegacySpec(t *testing.T) {
+	w := newWriter(t)
+	raw := `{"cdiVersion":"0.6.0","kind":"k8s.gpu.example.com/gpu",
+	  "annotations":{"claim-name":"c","claim-namespace":"ns","claim-uid":"u"},
+	  "devices":[
+	    {"name":"u-gpu-1","annotations":{"device":"gpu-1","pool":"p","request":"a"},
+	     "containerEdits":{"env":["GPU_DEVICE_1=gpu-1","GPU_DEVICE_1_RESOURCE_CLAIM=u","GPU_DEVICE_1_SHARING_STRATEGY=TimeSlicing","GPU_DEVICE_1_TIMESLICE_INTERVAL=Long"]}},
+	    {"name":"u-gpu-2","annotations":{"admin-access":"true","device":"gpu-2","pool":"p","request":"b/s"},
+	     "containerEdits":{"env":["GPU_DEVICE_2=gpu-2","GPU_DEVICE_2_RESOURCE_CLAIM=u","GPU_DEVICE_2_SHARING_STRATEGY=SpacePartitioning","GPU_DEVICE_2_PARTITION_COUNT=3"]}}]}`
+	if err := os.WriteFile(w.SpecPath("u"), []byte(raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := checkpoint.PreparedClaim{UID: "u", Namespace: "ns", Name: "c", Devices: []checkpoint.PreparedDevice{
+		{Request: "a", Pool: "p", Device: "gpu-1", Index: 1, Sharing: checkpoint.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Long"}, CDIDevice: "u-gpu-1"},
+		{Request: "b/s", Pool: "p", Device: "gpu-2", Index: 2, AdminAccess: true, Sharing: checkpoint.Sharing{Strategy: "SpacePartitioning", PartitionCount: 3}, CDIDevice: "u-gpu-2"},
+	}}
+	got, err := w.Read("u")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Read = %+v, %v; want %+v", got, err, want)
 	}
 }
 

@@ -10,6 +10,12 @@
 // cache, and the only writes that can be lost (kernel crash, power loss) belong to a boot whose
 // entries are discarded anyway. That keeps the disk's fsync latency, which dominated prepare, out
 // of the kubelet's critical path. Without a boot ID (not Linux) every save is fsynced.
+//
+// An entry is a PreparedClaim, this package's own type, and the file names its format version.
+// Load reads the current version (v2) and v1, whose entries were the CDI package's claim type of
+// the time (frozen in v1.go); Save writes v2, so a v1 file is replaced by the first save after an
+// upgrade. A plugin that does not know a file's version treats it as corrupt and rebuilds from the
+// CDI specs, which is what keeps a rollback working.
 package checkpoint
 
 import (
@@ -27,21 +33,17 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/gpu-dra/gpu-dra/driver/cdi"
 )
 
 // FileName is the checkpoint's name in the plugin data directory.
 const FileName = "checkpoint.json"
 
-const version = "gpu.example.com/checkpoint/v1"
-
 // Data is the content of a checkpoint: the prepared claims by UID.
 type Data struct {
 	// BootID is the kernel boot the claims were prepared in (empty in checkpoints written before
 	// it was recorded, or where the kernel has none).
-	BootID string                  `json:"bootID,omitempty"`
-	Claims map[types.UID]cdi.Claim `json:"claims"`
+	BootID string                      `json:"bootID,omitempty"`
+	Claims map[types.UID]PreparedClaim `json:"claims"`
 }
 
 // bootIDPath holds a random ID the Linux kernel generates on every boot.
@@ -134,7 +136,7 @@ func (s *Store) Path() string { return s.path }
 // an unknown version or a wrong checksum is renamed to <path>.corrupt-<timestamp> and reported as a
 // *CorruptError together with an empty checkpoint, so the caller can rebuild state from elsewhere.
 func (s *Store) Load() (*Data, error) {
-	empty := &Data{BootID: s.bootID, Claims: map[types.UID]cdi.Claim{}}
+	empty := &Data{BootID: s.bootID, Claims: map[types.UID]PreparedClaim{}}
 	f, err := os.Open(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		s.cached = nil
@@ -182,18 +184,24 @@ func decode(raw []byte) (*Data, error) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, fmt.Errorf("not JSON: %w", err)
 	}
-	if f.Version != version {
-		return nil, fmt.Errorf("version %q, want %q", f.Version, version)
+	if f.Version != version && f.Version != versionV1 {
+		return nil, fmt.Errorf("version %q, want %q or %q", f.Version, version, versionV1)
 	}
 	if got := checksum(f.Data); got != f.Checksum {
 		return nil, fmt.Errorf("checksum %q does not match content (%q)", f.Checksum, got)
 	}
 	data := &Data{}
-	if err := json.Unmarshal(f.Data, data); err != nil {
+	if f.Version == versionV1 {
+		v1 := &dataV1{}
+		if err := json.Unmarshal(f.Data, v1); err != nil {
+			return nil, fmt.Errorf("data: %w", err)
+		}
+		data = v1.convert()
+	} else if err := json.Unmarshal(f.Data, data); err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	if data.Claims == nil {
-		data.Claims = map[types.UID]cdi.Claim{}
+		data.Claims = map[types.UID]PreparedClaim{}
 	}
 	for uid, c := range data.Claims {
 		if c.UID != uid {

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/gpu-dra/gpu-dra/driver/cdi"
 )
 
 const testBoot = "boot-1"
@@ -24,9 +22,9 @@ const testBoot = "boot-1"
 func newStore(dir string) *Store { return NewStore(dir, WithBootID(testBoot)) }
 
 func sample() *Data {
-	return &Data{BootID: testBoot, Claims: map[types.UID]cdi.Claim{
-		"uid-1": {UID: "uid-1", Namespace: "ns", Name: "c1", Devices: []cdi.Device{
-			{Request: "gpu", Pool: "node-a", Name: "gpu-1", Index: 1, Sharing: cdi.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"}},
+	return &Data{BootID: testBoot, Claims: map[types.UID]PreparedClaim{
+		"uid-1": {UID: "uid-1", Namespace: "ns", Name: "c1", Devices: []PreparedDevice{
+			{Request: "gpu", Pool: "node-a", Device: "gpu-1", Index: 1, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"}, CDIDevice: "uid-1-gpu-1"},
 		}},
 	}}
 }
@@ -67,7 +65,7 @@ func TestSaveReplacesAtomically(t *testing.T) {
 	oldContent, _ := os.ReadFile(s.Path())
 
 	next := sample()
-	next.Claims["uid-2"] = cdi.Claim{UID: "uid-2", Namespace: "ns", Name: "c2"}
+	next.Claims["uid-2"] = PreparedClaim{UID: "uid-2", Namespace: "ns", Name: "c2"}
 	if err := s.Save(next); err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +130,9 @@ func TestCorrupt(t *testing.T) {
 	badVersion, _ := json.Marshal(file{Version: "v0", Checksum: f.Checksum, Data: f.Data})
 	mismatch := []byte(`{"claims":{"a":{"uid":"b","namespace":"ns","name":"c","devices":null}}}`)
 	badEntry, _ := json.Marshal(file{Version: version, Checksum: checksum(mismatch), Data: mismatch})
+	badEntryV1, _ := json.Marshal(file{Version: versionV1, Checksum: checksum(mismatch), Data: mismatch})
+	badDataV1 := []byte(`{"claims":{"a":{"devices":{}}}}`)
+	badV1, _ := json.Marshal(file{Version: versionV1, Checksum: checksum(badDataV1), Data: badDataV1})
 
 	tests := []struct {
 		name    string
@@ -144,6 +145,8 @@ func TestCorrupt(t *testing.T) {
 		{"tampered content", []byte(tampered), "checksum"},
 		{"unknown version", badVersion, "version"},
 		{"entry under another UID", badEntry, "holds claim UID"},
+		{"v1 entry under another UID", badEntryV1, "holds claim UID"},
+		{"v1 data of the wrong shape", badV1, "data: json"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,6 +192,10 @@ func TestCorrupt(t *testing.T) {
 // checksum) or moves them aside.
 func FuzzLoad(f *testing.F) {
 	f.Add([]byte(`{"version":"gpu.example.com/checkpoint/v1","checksum":"x","data":{}}`))
+	f.Add([]byte(`{"version":"gpu.example.com/checkpoint/v2","checksum":"x","data":{}}`))
+	if v1, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.json")); err == nil {
+		f.Add(v1)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		s := newStore(t.TempDir())
 		if err := os.WriteFile(s.Path(), raw, 0o600); err != nil {
@@ -223,7 +230,7 @@ func TestCacheSeesOtherWriters(t *testing.T) {
 		t.Fatalf("Load = %v, %v", got, err)
 	}
 	next := sample()
-	next.Claims["uid-2"] = cdi.Claim{UID: "uid-2", Namespace: "ns", Name: "c2"}
+	next.Claims["uid-2"] = PreparedClaim{UID: "uid-2", Namespace: "ns", Name: "c2"}
 	if err := b.Save(next); err != nil {
 		t.Fatal(err)
 	}
@@ -297,5 +304,73 @@ func TestNewStoreReadsKernelBootID(t *testing.T) {
 	s := NewStore(t.TempDir())
 	if want := strings.TrimSpace(string(raw)); s.BootID() != want || want == "" {
 		t.Errorf("BootID = %q, want %q", s.BootID(), want)
+	}
+}
+
+// checkpoint-v1.json was written by the plugin before entries had their own type (see
+// driver/plugin/checkpointv1_test.go): three claims covering every sharing setting, a subrequest
+// and an admin-access device. It must load with the same meaning, and be saved in the current
+// format without changing it.
+func TestLoadV1(t *testing.T) {
+	want := &Data{BootID: "boot-checkpoint-v1", Claims: map[types.UID]PreparedClaim{
+		"6f1c1c0e-0000-4000-8000-000000000001": {UID: "6f1c1c0e-0000-4000-8000-000000000001", Namespace: "ns", Name: "default", Devices: []PreparedDevice{
+			{Request: "gpu", Pool: "node-a", Device: "gpu-0", Index: 0, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"},
+				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000001-gpu-0"},
+		}},
+		"6f1c1c0e-0000-4000-8000-000000000002": {UID: "6f1c1c0e-0000-4000-8000-000000000002", Namespace: "ns", Name: "mixed", Devices: []PreparedDevice{
+			{Request: "a", Pool: "node-a", Device: "gpu-1", Index: 1, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Long"},
+				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000002-gpu-1"},
+			{Request: "b/small", Pool: "node-a", Device: "gpu-2", Index: 2, Sharing: Sharing{Strategy: "SpacePartitioning", PartitionCount: 3},
+				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000002-gpu-2"},
+		}},
+		"6f1c1c0e-0000-4000-8000-000000000003": {UID: "6f1c1c0e-0000-4000-8000-000000000003", Namespace: "ns", Name: "monitor", Devices: []PreparedDevice{
+			{Request: "gpu", Pool: "node-a", Device: "gpu-1", Index: 1, AdminAccess: true, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Short"},
+				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000003-gpu-1"},
+		}},
+	}}
+	raw, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := NewStore(dir, WithBootID("boot-checkpoint-v1"))
+	if err := os.WriteFile(s.Path(), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("v1 checkpoint loads as\n%+v\nwant\n%+v", got, want)
+	}
+	if err := s.Save(got); err != nil {
+		t.Fatal(err)
+	}
+	saved, _ := os.ReadFile(s.Path())
+	var f file
+	if err := json.Unmarshal(saved, &f); err != nil || f.Version != version {
+		t.Fatalf("saved as version %q (%v), want %q", f.Version, err, version)
+	}
+	again, err := NewStore(dir, WithBootID("boot-checkpoint-v1")).Load()
+	if err != nil || !reflect.DeepEqual(again, want) {
+		t.Errorf("after saving in the current format: %+v, %v; want %+v", again, err, want)
+	}
+}
+
+func TestEncodeClaim(t *testing.T) {
+	c := sample().Claims["uid-1"]
+	s, err := EncodeClaim(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeClaim(s)
+	if err != nil || !reflect.DeepEqual(back, c) {
+		t.Errorf("DecodeClaim(EncodeClaim(c)) = %+v, %v; want %+v", back, err, c)
+	}
+	for _, bad := range []string{"", "{", `{"version":"gpu.example.com/checkpoint/v1","claim":{"uid":"u"}}`, `{"claim":{"uid":"u"}}`} {
+		if _, err := DecodeClaim(bad); err == nil {
+			t.Errorf("DecodeClaim(%q) succeeded", bad)
+		}
 	}
 }

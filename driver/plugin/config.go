@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
+	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
 
 // decodedConfig is one opaque config of this driver from the allocation, in application order.
@@ -69,9 +70,9 @@ func configFor(configs []decodedConfig, request string) *v1alpha1.GpuConfig {
 	return cfg
 }
 
-func sharingOf(cfg *v1alpha1.GpuConfig) cdi.Sharing {
+func sharingOf(cfg *v1alpha1.GpuConfig) checkpoint.Sharing {
 	s := cfg.Sharing
-	out := cdi.Sharing{Strategy: string(s.Strategy)}
+	out := checkpoint.Sharing{Strategy: string(s.Strategy)}
 	switch s.Strategy {
 	case v1alpha1.TimeSlicingStrategy:
 		out.TimeSliceInterval = string(v1alpha1.DefaultTimeSlice)
@@ -88,7 +89,7 @@ func sharingOf(cfg *v1alpha1.GpuConfig) cdi.Sharing {
 
 // claimDevices turns a claim's allocation into the devices to prepare, checking that each device of
 // this driver is one this node has.
-func claimDevices(driverName, poolName string, devices map[string]int, claim *resourceapi.ResourceClaim) ([]cdi.Device, error) {
+func claimDevices(driverName, poolName string, devices map[string]int, claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s: status.allocation: not allocated", claim.Namespace, claim.Name)
 	}
@@ -96,7 +97,7 @@ func claimDevices(driverName, poolName string, devices map[string]int, claim *re
 	if err != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
-	var out []cdi.Device
+	var out []checkpoint.PreparedDevice
 	results := field.NewPath("status", "allocation", "devices", "results")
 	for i, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != driverName {
@@ -107,13 +108,14 @@ func claimDevices(driverName, poolName string, devices map[string]int, claim *re
 			return nil, fmt.Errorf("claim %s/%s: %s: device %s/%s is not a device of this node (pool %s)",
 				claim.Namespace, claim.Name, results.Index(i), r.Pool, r.Device, poolName)
 		}
-		out = append(out, cdi.Device{
+		out = append(out, checkpoint.PreparedDevice{
 			Request:     r.Request,
 			Pool:        r.Pool,
-			Name:        r.Device,
+			Device:      r.Device,
 			Index:       index,
 			Sharing:     sharingOf(configFor(configs, r.Request)),
 			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
+			CDIDevice:   cdi.DeviceName(claim.UID, r.Device),
 		})
 	}
 	return out, nil

@@ -139,7 +139,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			err = checkNotInUse(claim, devices, inUse)
 		}
 		if err == nil {
-			c := cdi.Claim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Devices: devices}
+			c := checkpoint.PreparedClaim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Devices: devices}
 			if err = d.cdi.Write(c); err == nil {
 				data.Claims[claim.UID] = c
 				added = append(added, claim.UID)
@@ -173,43 +173,44 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // devicesInUse maps each exclusively prepared device to its claim. The scheduler never allocates
 // one device to two claims (this driver does not publish allowMultipleAllocations), but if that
 // ever went wrong, the plugin is the last place to stop two workloads sharing a GPU unknowingly.
-func devicesInUse(claims map[types.UID]cdi.Claim) map[string]cdi.Claim {
-	inUse := map[string]cdi.Claim{}
+func devicesInUse(claims map[types.UID]checkpoint.PreparedClaim) map[string]checkpoint.PreparedClaim {
+	inUse := map[string]checkpoint.PreparedClaim{}
 	for _, c := range claims {
 		markInUse(inUse, c)
 	}
 	return inUse
 }
 
-func markInUse(inUse map[string]cdi.Claim, c cdi.Claim) {
+func markInUse(inUse map[string]checkpoint.PreparedClaim, c checkpoint.PreparedClaim) {
 	for _, d := range c.Devices {
 		if !d.AdminAccess {
-			inUse[d.Pool+"/"+d.Name] = c
+			inUse[d.Pool+"/"+d.Device] = c
 		}
 	}
 }
 
-func checkNotInUse(claim *resourceapi.ResourceClaim, devices []cdi.Device, inUse map[string]cdi.Claim) error {
+func checkNotInUse(claim *resourceapi.ResourceClaim, devices []checkpoint.PreparedDevice, inUse map[string]checkpoint.PreparedClaim) error {
 	for _, d := range devices {
 		if d.AdminAccess {
 			continue
 		}
-		if other, ok := inUse[d.Pool+"/"+d.Name]; ok && other.UID != claim.UID {
+		if other, ok := inUse[d.Pool+"/"+d.Device]; ok && other.UID != claim.UID {
 			return fmt.Errorf("claim %s/%s: device %s/%s is already prepared for claim %s/%s (uid %s); unprepare that claim first",
-				claim.Namespace, claim.Name, d.Pool, d.Name, other.Namespace, other.Name, other.UID)
+				claim.Namespace, claim.Name, d.Pool, d.Device, other.Namespace, other.Name, other.UID)
 		}
 	}
 	return nil
 }
 
-func (d *Driver) resultDevices(c cdi.Claim) []kubeletplugin.Device {
+// resultDevices is the answer to the kubelet, the same whenever the claim is prepared again.
+func (d *Driver) resultDevices(c checkpoint.PreparedClaim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(c.Devices))
 	for _, dev := range c.Devices {
 		out = append(out, kubeletplugin.Device{
 			Requests:     []string{dev.Request},
 			PoolName:     dev.Pool,
-			DeviceName:   dev.Name,
-			CDIDeviceIDs: []string{d.cdi.DeviceID(c.UID, dev.Name)},
+			DeviceName:   dev.Device,
+			CDIDeviceIDs: []string{d.cdi.DeviceID(dev.CDIDevice)},
 		})
 	}
 	return out

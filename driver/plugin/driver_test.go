@@ -80,45 +80,45 @@ func TestPrepareConfigs(t *testing.T) {
 	timeLong := gpuConfig(`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}`)
 	timeShort := gpuConfig(`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Short"}}`)
 	space := gpuConfig(`{"strategy":"SpacePartitioning","spacePartitioningConfig":{"partitionCount":3}}`)
-	defaultSharing := cdi.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"}
+	defaultSharing := checkpoint.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"}
 	tests := []struct {
 		name    string
 		claim   *resourceapi.ResourceClaim
-		want    map[string]cdi.Sharing // device -> sharing
+		want    map[string]checkpoint.Sharing // device -> sharing
 		wantErr []string
 	}{
 		{
 			name:  "no config means default",
 			claim: claim("u", "c", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-0")}),
-			want:  map[string]cdi.Sharing{"gpu-0": defaultSharing},
+			want:  map[string]checkpoint.Sharing{"gpu-0": defaultSharing},
 		},
 		{
 			name: "claim config wins over class config regardless of order",
 			claim: claim("u", "c", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-0")},
 				opaque(resourceapi.AllocationConfigSourceClaim, nil, testDriver, space),
 				opaque(resourceapi.AllocationConfigSourceClass, nil, testDriver, timeLong)),
-			want: map[string]cdi.Sharing{"gpu-0": {Strategy: "SpacePartitioning", PartitionCount: 3}},
+			want: map[string]checkpoint.Sharing{"gpu-0": {Strategy: "SpacePartitioning", PartitionCount: 3}},
 		},
 		{
 			name: "later claim config wins",
 			claim: claim("u", "c", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-0")},
 				opaque(resourceapi.AllocationConfigSourceClaim, nil, testDriver, timeLong),
 				opaque(resourceapi.AllocationConfigSourceClaim, nil, testDriver, timeShort)),
-			want: map[string]cdi.Sharing{"gpu-0": {Strategy: "TimeSlicing", TimeSliceInterval: "Short"}},
+			want: map[string]checkpoint.Sharing{"gpu-0": {Strategy: "TimeSlicing", TimeSliceInterval: "Short"}},
 		},
 		{
 			name: "config for one request only; parent request covers subrequest",
 			claim: claim("u", "c", []resourceapi.DeviceRequestAllocationResult{result("a", "gpu-1"), result("b/small", "gpu-2")},
 				opaque(resourceapi.AllocationConfigSourceClass, nil, testDriver, timeLong),
 				opaque(resourceapi.AllocationConfigSourceClaim, []string{"b"}, testDriver, space)),
-			want: map[string]cdi.Sharing{"gpu-1": {Strategy: "TimeSlicing", TimeSliceInterval: "Long"}, "gpu-2": {Strategy: "SpacePartitioning", PartitionCount: 3}},
+			want: map[string]checkpoint.Sharing{"gpu-1": {Strategy: "TimeSlicing", TimeSliceInterval: "Long"}, "gpu-2": {Strategy: "SpacePartitioning", PartitionCount: 3}},
 		},
 		{
 			name: "other driver's config and devices are ignored",
 			claim: claim("u", "c", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-0"),
 				{Request: "nic", Driver: "nic.example.com", Pool: "x", Device: "eth0"}},
 				opaque(resourceapi.AllocationConfigSourceClaim, nil, "nic.example.com", `{"not":"ours"}`)),
-			want: map[string]cdi.Sharing{"gpu-0": defaultSharing},
+			want: map[string]checkpoint.Sharing{"gpu-0": defaultSharing},
 		},
 		{
 			name: "bad config names the field",
@@ -178,9 +178,9 @@ func TestPrepareConfigs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]cdi.Sharing{}
+			got := map[string]checkpoint.Sharing{}
 			for _, d := range spec.Devices {
-				got[d.Name] = d.Sharing
+				got[d.Device] = d.Sharing
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("sharing = %+v, want %+v", got, tc.want)

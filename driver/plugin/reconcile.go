@@ -14,7 +14,6 @@ import (
 	cgoresource "k8s.io/client-go/kubernetes/typed/resource/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
 
@@ -50,8 +49,8 @@ type ReconcileResult struct {
 
 // Reconcile makes the CDI directory and the checkpoint agree again after a crash or restart, then
 // drops claims that no longer exist. Rules:
-//   - a corrupt checkpoint is moved aside and reported; the CDI specs, which carry their claim in
-//     annotations, become the record of what is prepared;
+//   - a corrupt checkpoint is moved aside and reported; the CDI specs, which carry their claim's
+//     checkpoint entry (see package cdi), become the record of what is prepared;
 //   - entries from an earlier boot are dropped (their specs become orphans and are removed);
 //   - an entry without its spec gets the spec rewritten (the entry is the commit point of prepare);
 //   - a spec without an entry is removed (its prepare never committed; the kubelet retries);
@@ -171,7 +170,7 @@ func lock(path string) (func(), error) {
 }
 
 // PreparedClaims lists the checkpoint's entries (for tests and diagnostics).
-func (d *Driver) PreparedClaims() (map[types.UID]cdi.Claim, error) {
+func (d *Driver) PreparedClaims() (map[types.UID]checkpoint.PreparedClaim, error) {
 	data, err := d.store.Load()
 	if err != nil {
 		return nil, err

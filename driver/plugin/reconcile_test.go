@@ -19,7 +19,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
-	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
 
@@ -37,7 +36,7 @@ func prepare(t *testing.T, h *harness, claims ...*resourceapi.ResourceClaim) {
 	}
 }
 
-func uids(m map[types.UID]cdi.Claim) []types.UID {
+func uids(m map[types.UID]checkpoint.PreparedClaim) []types.UID {
 	var out []types.UID
 	for u := range m {
 		out = append(out, u)
@@ -77,7 +76,7 @@ func TestReconcile(t *testing.T) {
 		{
 			name: "orphan spec from a crashed prepare is removed",
 			damage: func(t *testing.T, h *harness) {
-				if err := h.cdi.Write(cdi.Claim{UID: "uid-crashed", Namespace: "ns", Name: "x", Devices: []cdi.Device{{Request: "gpu", Pool: testNode, Name: "gpu-4", Index: 4}}}); err != nil {
+				if err := h.cdi.Write(checkpoint.PreparedClaim{UID: "uid-crashed", Namespace: "ns", Name: "x", Devices: []checkpoint.PreparedDevice{{Request: "gpu", Pool: testNode, Device: "gpu-4", Index: 4, CDIDevice: "uid-crashed-gpu-4"}}}); err != nil {
 					t.Fatal(err)
 				}
 			},
