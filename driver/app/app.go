@@ -127,132 +127,205 @@ func Run(ctx context.Context, o Options) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("driver", o.DriverName, "node", o.NodeName)
 	ctx = klog.NewContext(ctx, logger)
+	signalCtx := ctx
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
 
-	clientset, err := o.clientset()
+	p := &instance{o: o}
+	defer p.stop(logger)
+	if err := p.start(ctx, fail); err != nil {
+		return err
+	}
+	logger.Info("Kubelet plugin running", "registrationSocket", p.o.RegistrationSocket(), "draSocket", p.o.DRASocket(), "rollingUpdate", p.o.PodUID != "")
+
+	<-ctx.Done()
+	cause := context.Cause(ctx)
+	logger.Info("Shutting down", "cause", cause)
+	if signalCtx.Err() == nil {
+		// A fatal error, not SIGTERM: the pod restarts and republishes the same slices, so deleting
+		// them would only make the scheduler see the node's GPUs flicker.
+		return cause
+	}
+	p.leaving = true
+	return nil
+}
+
+// instance is this plugin process: what start got running, so that stop can end exactly that.
+type instance struct {
+	o      Options
+	client kubernetes.Interface
+	// resourceClient is the one client of resource.k8s.io, so the version it settled on at start
+	// is the one it uses at shutdown.
+	resourceClient *draclient.Client
+	driver         *plugin.Driver
+	metrics        *metrics.Metrics
+
+	stopMetrics func()
+	helper      *kubeletplugin.Helper
+	stopWatcher func()
+	stopHealth  func()
+
+	// leaving is set when the plugin goes away (SIGTERM) rather than failing: then stop deletes
+	// the node's slices unless a successor serves them.
+	leaving bool
+}
+
+// start brings the plugin up step by step; whatever started before a failing step is left to
+// stop. fail ends Run with an error that retrying will not fix.
+func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) error {
+	logger := klog.FromContext(ctx)
+	node, err := p.connect(ctx)
 	if err != nil {
 		return err
 	}
+	invConfig, err := nodegroups.LoadConfig(p.o.InventoryConfig)
+	if err != nil {
+		return fmt.Errorf("--inventory-config: %w", err)
+	}
+	spec := invConfig.ForNode(node.Labels)
+	logger.Info("Inventory", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
+	source := simulated.New(p.o.NodeName, spec)
+	if err := p.newDriver(ctx, source, fail); err != nil {
+		return err
+	}
+
+	if p.stopMetrics, err = serve(ctx, "metrics", p.o.MetricsAddr, func(mux *http.ServeMux) { mux.Handle("/metrics", p.metrics.Handler()) }); err != nil {
+		return err
+	}
+	if err := p.startHelper(ctx, node, source); err != nil {
+		return err
+	}
+	p.startWatcher(ctx, spec)
+
+	checker := &liveness.Checker{DriverName: p.o.DriverName, RegistrationSocket: p.o.RegistrationSocket(), DRASocket: p.o.DRASocket()}
+	p.stopHealth, err = serve(ctx, "health", p.o.HealthAddr, func(mux *http.ServeMux) {
+		h := http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"sockets": checker.Healthz}})
+		mux.Handle("/healthz", h)
+		mux.Handle("/healthz/", h)
+	})
+	return err
+}
+
+// connect makes the API client and reads this node; it turns rolling updates off where the
+// kubelet cannot do them.
+func (p *instance) connect(ctx context.Context) (*corev1.Node, error) {
+	logger := klog.FromContext(ctx)
+	clientset, err := p.o.clientset()
+	if err != nil {
+		return nil, err
+	}
+	p.client = clientset
+	p.resourceClient = draclient.New(clientset)
 	// The library's client (used by the helper and the ResourceSlice controller) has no discovery
 	// of its own: it starts with v1 and moves on when a call gets a 404. That finds the same
 	// version, but a cluster without DRA would only show as endless 404 retries in the background;
 	// checking up front fails with a message that says what to enable.
 	version, err := resourceversion.Newest(clientset.Discovery())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	logger.Info("API server serves resource.k8s.io", "version", version)
 
-	node, err := getNode(ctx, clientset, o.NodeName)
+	node, err := getNode(ctx, clientset, p.o.NodeName)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if o.PodUID != "" && !kubeletSupportsRollingUpdate(node) {
+	if p.o.PodUID != "" && !kubeletSupportsRollingUpdate(node) {
 		// A 1.32 kubelet knows one registration socket per driver; a second, differently named one
 		// would replace the first. Fall back to the fixed socket names.
 		logger.Info("Kubelet predates rolling-update support (1.33); running without RollingUpdate", "kubeletVersion", node.Status.NodeInfo.KubeletVersion)
-		o.PodUID = ""
+		p.o.PodUID = ""
 	}
-	invConfig, err := nodegroups.LoadConfig(o.InventoryConfig)
-	if err != nil {
-		return fmt.Errorf("--inventory-config: %w", err)
-	}
-	spec := invConfig.ForNode(node.Labels)
-	logger.Info("Inventory", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
-	source := simulated.New(o.NodeName, spec)
+	return node, nil
+}
 
-	if err := os.MkdirAll(o.DataDir(), 0o750); err != nil {
+// newDriver makes the DRAPlugin and reconciles what an earlier instance left prepared.
+func (p *instance) newDriver(ctx context.Context, source plugin.DeviceSource, fail context.CancelCauseFunc) error {
+	if err := os.MkdirAll(p.o.DataDir(), 0o750); err != nil {
 		return fmt.Errorf("plugin data directory: %w", err)
 	}
-	writer, err := cdi.NewWriter(o.CDIRoot, o.DriverName)
+	writer, err := cdi.NewWriter(p.o.CDIRoot, p.o.DriverName)
 	if err != nil {
 		return fmt.Errorf("--cdi-root: %w", err)
 	}
-	m := metrics.New()
-	signalCtx := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	driver, err := plugin.NewDriver(ctx, o.DriverName, o.NodeName, source, writer, checkpoint.NewStore(o.DataDir()),
-		plugin.WithMetrics(m), plugin.WithFatalHandler(func(err error) { cancel(err) }))
+	p.metrics = metrics.New()
+	p.driver, err = plugin.NewDriver(ctx, p.o.DriverName, p.o.NodeName, source, writer, checkpoint.NewStore(p.o.DataDir()),
+		plugin.WithMetrics(p.metrics), plugin.WithFatalHandler(fail))
 	if err != nil {
 		return err
 	}
-	resourceClient := draclient.New(clientset)
-	if _, err := driver.Reconcile(ctx, resourceClient); err != nil {
+	if _, err := p.driver.Reconcile(ctx, p.resourceClient); err != nil {
 		return fmt.Errorf("reconcile prepared claims: %w", err)
 	}
-
-	stopMetrics, err := serve(ctx, "metrics", o.MetricsAddr, func(mux *http.ServeMux) { mux.Handle("/metrics", m.Handler()) })
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-
-	helperOpts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(o.DriverName),
-		kubeletplugin.NodeName(o.NodeName),
-		kubeletplugin.NodeUID(node.UID),
-		kubeletplugin.KubeClient(clientset),
-		kubeletplugin.RegistrarDirectoryPath(o.RegistrarDir),
-		kubeletplugin.PluginDataDirectoryPath(o.DataDir()),
-		kubeletplugin.HealthService(false),
-	}
-	if o.PodUID != "" {
-		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
-	}
-	helper, err := kubeletplugin.Start(ctx, driver, helperOpts...)
-	if err != nil {
-		return fmt.Errorf("start kubelet plugin: %w", err)
-	}
-	resources, err := plugin.Resources(ctx, o.NodeName, source)
-	if err != nil {
-		helper.Stop()
-		return err
-	}
-	if err := helper.PublishResources(ctx, resources); err != nil {
-		helper.Stop()
-		return fmt.Errorf("publish ResourceSlices: %w", err)
-	}
-
-	watcher := &plugin.NodeGroupWatcher{
-		NodeName: o.NodeName, ConfigPath: o.InventoryConfig, Interval: o.InventoryPollInterval,
-		Client: clientset, Driver: driver, Publisher: helper, Current: spec,
-	}
-	watchDone := make(chan struct{})
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	go func() { defer close(watchDone); watcher.Run(watchCtx) }()
-	defer func() { stopWatch(); <-watchDone }()
-
-	checker := &liveness.Checker{DriverName: o.DriverName, RegistrationSocket: o.RegistrationSocket(), DRASocket: o.DRASocket()}
-	stopHealth, err := serve(ctx, "health", o.HealthAddr, func(mux *http.ServeMux) {
-		h := http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"sockets": checker.Healthz}})
-		mux.Handle("/healthz", h)
-		mux.Handle("/healthz/", h)
-	})
-	if err != nil {
-		helper.Stop()
-		return err
-	}
-	defer stopHealth()
-	logger.Info("Kubelet plugin running", "registrationSocket", o.RegistrationSocket(), "draSocket", o.DRASocket(), "rollingUpdate", o.PodUID != "")
-
-	<-ctx.Done()
-	cause := context.Cause(ctx)
-	logger.Info("Shutting down", "cause", cause)
-	stopWatch()
-	<-watchDone
-	helper.Stop()
-	if signalCtx.Err() == nil {
-		// A fatal error, not SIGTERM: the pod restarts and republishes the same slices, so deleting
-		// them would only make the scheduler see the node's GPUs flicker.
-		return cause
-	}
-	shutdown(o, resourceClient, logger)
 	return nil
 }
 
-// shutdown runs after the helper stopped (its sockets are gone, the slice controller no longer
-// writes). It uses a fresh context: the main one is already canceled.
-func shutdown(o Options, slices plugin.SliceClient, logger klog.Logger) {
+// startHelper registers with the kubelet and publishes the node's devices.
+func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source plugin.DeviceSource) error {
+	helperOpts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(p.o.DriverName),
+		kubeletplugin.NodeName(p.o.NodeName),
+		kubeletplugin.NodeUID(node.UID),
+		kubeletplugin.KubeClient(p.client),
+		kubeletplugin.RegistrarDirectoryPath(p.o.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(p.o.DataDir()),
+		kubeletplugin.HealthService(false),
+	}
+	if p.o.PodUID != "" {
+		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(types.UID(p.o.PodUID)))
+	}
+	helper, err := kubeletplugin.Start(ctx, p.driver, helperOpts...)
+	if err != nil {
+		return fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	p.helper = helper
+	resources, err := plugin.Resources(ctx, p.o.NodeName, source)
+	if err != nil {
+		return err
+	}
+	if err := helper.PublishResources(ctx, resources); err != nil {
+		return fmt.Errorf("publish ResourceSlices: %w", err)
+	}
+	return nil
+}
+
+// startWatcher re-publishes when the node's group changes; published is what is published now.
+func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupSpec) {
+	watcher := &plugin.NodeGroupWatcher{
+		NodeName: p.o.NodeName, ConfigPath: p.o.InventoryConfig, Interval: p.o.InventoryPollInterval,
+		Client: p.client, Driver: p.driver, Publisher: p.helper, Current: published,
+	}
+	watchCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); watcher.Run(watchCtx) }()
+	p.stopWatcher = func() { cancel(); <-done }
+}
+
+// stop ends whatever start got running, in one order: first what changes the published devices
+// (the watcher, then the helper: its sockets go and its slice controller stops writing), then,
+// when the plugin is leaving, the slices; the HTTP endpoints last, so probes and metrics answer
+// throughout.
+func (p *instance) stop(logger klog.Logger) {
+	if p.stopWatcher != nil {
+		p.stopWatcher()
+	}
+	if p.helper != nil {
+		p.helper.Stop()
+		if p.leaving {
+			deleteSlicesUnlessSuccessor(p.o, p.resourceClient, logger)
+		}
+	}
+	if p.stopHealth != nil {
+		p.stopHealth()
+	}
+	if p.stopMetrics != nil {
+		p.stopMetrics()
+	}
+}
+
+// deleteSlicesUnlessSuccessor runs after the helper stopped. It uses a fresh context: the main one
+// is already canceled.
+func deleteSlicesUnlessSuccessor(o Options, slices plugin.SliceClient, logger klog.Logger) {
 	timeout := o.ShutdownTimeout
 	if timeout == 0 {
 		timeout = 20 * time.Second
