@@ -232,7 +232,7 @@ func TestOptions(t *testing.T) {
 			t.Setenv("POD_NAMESPACE", tc.env)
 			o := NewOptions()
 			fs := flag.NewFlagSet("gpu-webhook", flag.ContinueOnError)
-			o.BindFlags(fs)
+			o.AddFlags(fs)
 			if err := fs.Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}

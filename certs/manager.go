@@ -50,8 +50,8 @@ func NewOptions() *Options {
 	return &Options{Mode: ModeFile, Namespace: os.Getenv("POD_NAMESPACE"), SyncInterval: DefaultSyncInterval}
 }
 
-// BindFlags registers the certificate flags on fs.
-func (o *Options) BindFlags(fs *flag.FlagSet) {
+// AddFlags registers the certificate flags on fs, with the current values as defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Mode, "cert-mode", o.Mode, `"self": create, store (--cert-secret), renew and distribute the serving certificate and patch caBundle; "file": serve tls.crt/tls.key that cert-manager or a user's Secret puts in --cert-dir`)
 	fs.StringVar(&o.SecretName, "cert-secret", o.SecretName, "self mode: Secret holding the CA and serving certificate, shared by all replicas")
 	fs.StringVar(&o.Namespace, "cert-namespace", o.Namespace, "self mode: namespace of --cert-secret (default $POD_NAMESPACE)")

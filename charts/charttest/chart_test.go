@@ -270,7 +270,7 @@ func TestInventoryConfigMap(t *testing.T) {
 					decode(t, m, &d)
 					spec = d.Spec.Template.Spec
 				}
-				if !mountsConfigMap(spec, "gpu-dra-inventory", "/etc/gpu-dra") || !slices.Contains(spec.Containers[0].Command, "--inventory-config=/etc/gpu-dra/inventory.yaml") {
+				if !mountsConfigMap(spec, "gpu-dra-inventory", "/etc/gpu-dra") || !slices.Contains(spec.Containers[0].Command, "--node-groups=/etc/gpu-dra/inventory.yaml") {
 					t.Errorf("%s does not mount the inventory at /etc/gpu-dra/inventory.yaml", kind)
 				}
 			}

@@ -36,7 +36,7 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 	}
 	// Back-to-back prepares exceed the default client limit of 50 QPS (the kubelet's own default),
 	// which would measure the rate limiter instead of the plugin; real nodes prepare far less often.
-	p := c.startPlugin(b, "", "-v=0", c.inventory(b, 128), "--kube-api-qps=1000", "--kube-api-burst=1000")
+	p := c.startPlugin(b, "", "-v=0", c.nodeGroups(b, 128), "--kube-api-qps=1000", "--kube-api-burst=1000")
 	k := p.register(ctx, false)
 	const pool = 100
 	claims := make([]*resourceapi.ResourceClaim, pool)

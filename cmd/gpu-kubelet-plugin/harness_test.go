@@ -116,14 +116,14 @@ func newCluster(t testing.TB, runtimeConfig string, nodeLabels map[string]string
 	return c
 }
 
-// inventory writes an inventory file giving every node count GPUs and returns the flag for it.
-func (c *cluster) inventory(t testing.TB, count int) string {
+// nodeGroups writes a node-groups file giving every node count GPUs and returns the flag for it.
+func (c *cluster) nodeGroups(t testing.TB, count int) string {
 	t.Helper()
 	path := filepath.Join(filepath.Dir(c.kubeconfig), "inventory.yaml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf("defaults: {count: %d}\n", count)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return "--inventory-config=" + path
+	return "--node-groups=" + path
 }
 
 func (c *cluster) dataDir() string { return filepath.Join(c.plugins, driverName) }

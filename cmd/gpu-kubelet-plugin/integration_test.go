@@ -224,7 +224,7 @@ func TestCrashSafety(t *testing.T) {
 		claims[i] = c.allocatedClaim(t, ctx, fmt.Sprintf("claim-%d", i), []string{fmt.Sprintf("gpu-%d", i)})
 	}
 	seen := map[string]prepared{} // claim name -> what the kubelet was told
-	inv := c.inventory(t, 32)
+	inv := c.nodeGroups(t, 32)
 
 	p := c.startPlugin(t, "", inv)
 	k := p.register(ctx, false)
@@ -375,6 +375,7 @@ func TestRollingUpdate(t *testing.T) {
 	if err := os.WriteFile(inv, []byte("nodeGroups:\n- name: small\n  nodeSelector: {gpu.example.com/group: small}\n  count: 3\n  model: SMALL\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The old instance gets the flag the previous chart passed: a mixed rollout must still start.
 	old := c.startPlugin(t, "11111111-old", "--inventory-config="+inv)
 	oldK := old.register(ctx, false)
 	devices := waitForSlices(t, ctx, c, "v1", 3)
@@ -387,7 +388,7 @@ func TestRollingUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	successor := c.startPlugin(t, "22222222-new", "--inventory-config="+inv)
+	successor := c.startPlugin(t, "22222222-new", "--node-groups="+inv)
 	newK := successor.register(ctx, false)
 	if oldK.info.Endpoint == newK.info.Endpoint {
 		t.Fatalf("both instances serve %s", oldK.info.Endpoint)
@@ -403,6 +404,9 @@ func TestRollingUpdate(t *testing.T) {
 	logs, _ := os.ReadFile(old.log)
 	if !strings.Contains(string(logs), "Rolling-update successor is serving") {
 		t.Error("old instance did not log the successor rule")
+	}
+	if n := strings.Count(string(logs), "Flag is deprecated; use its new name"); n != 1 || !strings.Contains(string(logs), `flag="--inventory-config"`) {
+		t.Errorf("old instance logged %d deprecation lines for --inventory-config, want 1", n)
 	}
 	// The successor continues the claim prepared by the old instance.
 	after, err := newK.prepare(ctx, claim)
@@ -432,7 +436,7 @@ func sliceUIDs(t *testing.T, ctx context.Context, c *cluster) []string {
 	return out
 }
 
-// TestRepublish changes the Node's labels and the inventory file under a running plugin and waits for
+// TestRepublish changes the Node's labels and the node-groups file under a running plugin and waits for
 // the node's slice to follow; a broken edit of the file keeps what is published.
 func TestRepublish(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -445,7 +449,7 @@ func TestRepublish(t *testing.T) {
 		}
 	}
 	write("nodeGroups:\n- name: small\n  nodeSelector: {gpu.example.com/group: small}\n  count: 2\n")
-	p := c.startPlugin(t, "", "--inventory-config="+inv, "--inventory-poll-interval=200ms")
+	p := c.startPlugin(t, "", "--node-groups="+inv, "--node-groups-poll-interval=200ms")
 	k := p.register(ctx, false)
 	waitForSlices(t, ctx, c, "v1", 2)
 

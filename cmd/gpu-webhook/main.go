@@ -19,7 +19,7 @@ func main() {
 	klog.InitFlags(fs)
 	opts.AddFlags(fs)
 	certOpts := certs.NewOptions()
-	certOpts.BindFlags(fs)
+	certOpts.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

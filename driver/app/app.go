@@ -1,6 +1,6 @@
-// Package app wires the kubelet plugin together: API client, inventory, reconciliation, the
-// kubeletplugin helper, publishing, HTTP endpoints and the shutdown rule. cmd/gpu-kubelet-plugin
-// only fills Options from flags and calls Run.
+// Package app wires the kubelet plugin together: API client, node groups, reconciliation, the
+// kubeletplugin helper, publishing, HTTP endpoints and the shutdown rule. Options and their flags
+// live here too; cmd/gpu-kubelet-plugin only registers the flags, parses them and calls Run.
 package app
 
 import (
@@ -10,17 +10,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -36,58 +33,6 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
-// Options are the plugin's settings; each has a flag of the same name in cmd/gpu-kubelet-plugin.
-type Options struct {
-	DriverName      string
-	NodeName        string
-	PodUID          string
-	Kubeconfig      string
-	InventoryConfig string
-	RegistrarDir    string
-	PluginsDir      string
-	CDIRoot         string
-	HealthAddr      string
-	MetricsAddr     string
-	// ShutdownTimeout bounds the slice cleanup after SIGTERM.
-	ShutdownTimeout time.Duration
-	// KubeAPIQPS and KubeAPIBurst limit the client. Every NodePrepareResources reads its claims
-	// from the API server; client-go's default of 5 QPS would add 200ms to each prepare once the
-	// burst is spent.
-	KubeAPIQPS   float32
-	KubeAPIBurst int
-	// InventoryPollInterval is how often the inventory file is re-read (Node labels are watched).
-	InventoryPollInterval time.Duration
-}
-
-// Validate names the flag to fix.
-func (o *Options) Validate() error {
-	var errs []error
-	if msgs := validation.IsDNS1123Subdomain(o.DriverName); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("--driver-name %q: %v", o.DriverName, msgs))
-	}
-	if o.NodeName == "" {
-		errs = append(errs, errors.New("--node-name (or env NODE_NAME) is required; set it from the downward API spec.nodeName"))
-	}
-	if o.RegistrarDir == "" || o.PluginsDir == "" {
-		errs = append(errs, errors.New("--kubelet-registrar-dir and --kubelet-plugins-dir must not be empty"))
-	}
-	return errors.Join(errs...)
-}
-
-func (o *Options) clientset() (kubernetes.Interface, error) {
-	restConfig, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %q (empty means in-cluster): %w", o.Kubeconfig, err)
-	}
-	restConfig.QPS, restConfig.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	restConfig.UserAgent = "gpu-kubelet-plugin/" + o.NodeName
-	clientset, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	return clientset, nil
-}
-
 // DeleteAllSlices deletes every node's ResourceSlices of the driver and returns: the chart's
 // pre-delete hook, so an uninstall leaves none behind even for nodes whose plugin is already gone.
 func DeleteAllSlices(ctx context.Context, o Options) error {
@@ -101,22 +46,6 @@ func DeleteAllSlices(ctx context.Context, o Options) error {
 	}
 	klog.FromContext(ctx).Info("Deleted ResourceSlices", "driver", o.DriverName, "count", n)
 	return nil
-}
-
-// DataDir is the plugin data directory: sockets, checkpoint, lock.
-func (o *Options) DataDir() string { return filepath.Join(o.PluginsDir, o.DriverName) }
-
-// RegistrationSocket is where the helper puts the registration socket.
-func (o *Options) RegistrationSocket() string {
-	if o.PodUID == "" {
-		return filepath.Join(o.RegistrarDir, o.DriverName+"-reg.sock")
-	}
-	return filepath.Join(o.RegistrarDir, kubeletplugin.RollingUpdateRegistrarSocketFile(o.RegistrarDir, o.DriverName, types.UID(o.PodUID)))
-}
-
-// DRASocket is where the helper puts the DRA socket.
-func (o *Options) DRASocket() string {
-	return filepath.Join(o.DataDir(), plugin.DRASocketName(o.PodUID))
 }
 
 // Run serves until ctx is canceled (SIGTERM), then shuts down and, unless a rolling-update
@@ -178,11 +107,11 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 	if err != nil {
 		return err
 	}
-	invConfig, err := nodegroups.LoadConfig(p.o.InventoryConfig)
+	groups, err := nodegroups.LoadConfig(p.o.NodeGroupsFile)
 	if err != nil {
-		return fmt.Errorf("--inventory-config: %w", err)
+		return fmt.Errorf("--node-groups: %w", err)
 	}
-	spec := invConfig.ForNode(node.Labels)
+	spec := groups.ForNode(node.Labels)
 	logger.Info("Inventory", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
 	source := simulated.New(p.o.NodeName, spec)
 	if err := p.newDriver(ctx, source, fail); err != nil {
@@ -292,7 +221,7 @@ func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source pl
 // startWatcher re-publishes when the node's group changes; published is what is published now.
 func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupSpec) {
 	watcher := &plugin.NodeGroupWatcher{
-		NodeName: p.o.NodeName, ConfigPath: p.o.InventoryConfig, Interval: p.o.InventoryPollInterval,
+		NodeName: p.o.NodeName, ConfigPath: p.o.NodeGroupsFile, Interval: p.o.NodeGroupsPollInterval,
 		Client: p.client, Driver: p.driver, Publisher: p.helper, Current: published,
 	}
 	watchCtx, cancel := context.WithCancel(ctx)

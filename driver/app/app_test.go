@@ -1,9 +1,11 @@
 package app
 
 import (
+	"flag"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -67,5 +69,38 @@ func TestKubeletSupportsRollingUpdate(t *testing.T) {
 		if got := kubeletSupportsRollingUpdate(node); got != want {
 			t.Errorf("kubelet %q: %v, want %v", v, got, want)
 		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantFile string
+		wantPoll time.Duration
+	}{
+		{name: "defaults", wantPoll: 10 * time.Second},
+		{name: "node groups", args: []string{"--node-groups=/etc/gpu-dra/groups.yaml", "--node-groups-poll-interval=1s"}, wantFile: "/etc/gpu-dra/groups.yaml", wantPoll: time.Second},
+		// The previous chart's flags, during a mixed rollout.
+		{name: "deprecated names", args: []string{"--inventory-config=/etc/gpu-dra/inventory.yaml", "--inventory-poll-interval=2s"}, wantFile: "/etc/gpu-dra/inventory.yaml", wantPoll: 2 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(append([]string{"--node-name=n", "--kube-api-qps=7.5"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			if o.NodeGroupsFile != tc.wantFile || o.NodeGroupsPollInterval != tc.wantPoll {
+				t.Errorf("node groups %q every %v, want %q every %v", o.NodeGroupsFile, o.NodeGroupsPollInterval, tc.wantFile, tc.wantPoll)
+			}
+			if o.DriverName != "gpu.example.com" || o.NodeName != "n" || o.KubeAPIQPS != 7.5 || o.KubeAPIBurst != 100 {
+				t.Errorf("options %+v", o)
+			}
+			if err := o.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }

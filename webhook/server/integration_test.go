@@ -105,7 +105,7 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 	wio := srv.Env.WebhookInstallOptions
 	probe := freeAddr(t)
 	opts := DefaultOptions()
-	opts.InventoryConfig = "testdata/inventory-config.yaml"
+	opts.NodeGroupsFile = "testdata/inventory-config.yaml"
 	opts.CertDir = wio.LocalServingCertDir
 	opts.Host = wio.LocalServingHost
 	opts.Port = wio.LocalServingPort

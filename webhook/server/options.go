@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/flagalias"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 )
 
@@ -20,7 +22,7 @@ const (
 // Options are the settings of the webhook binary.
 type Options struct {
 	DriverName             string
-	InventoryConfig        string
+	NodeGroupsFile         string
 	CertDir                string
 	CertName               string
 	KeyName                string
@@ -37,7 +39,7 @@ type Options struct {
 // DefaultOptions returns the chart's defaults.
 func DefaultOptions() *Options {
 	return &Options{
-		DriverName:             "gpu.example.com",
+		DriverName:             deviceschema.DefaultDriverName,
 		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
 		CertName:               "tls.crt",
 		KeyName:                "tls.key",
@@ -50,7 +52,8 @@ func DefaultOptions() *Options {
 // AddFlags registers the flags on fs.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DriverName, "driver-name", o.DriverName, "DRA driver name; also the attribute domain and the default DeviceClass name")
-	fs.StringVar(&o.InventoryConfig, "inventory-config", o.InventoryConfig, "node-group inventory file (YAML) shared with the kubelet plugin; empty means 8 GPUs per node")
+	fs.StringVar(&o.NodeGroupsFile, "node-groups", o.NodeGroupsFile, "node-groups file (YAML) shared with the kubelet plugin; empty means 8 GPUs per node")
+	flagalias.Deprecated(fs, "inventory-config", "node-groups")
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "directory with the serving certificate and key; reloaded when the files change")
 	fs.StringVar(&o.CertName, "cert-name", o.CertName, "serving certificate file name in --cert-dir")
 	fs.StringVar(&o.KeyName, "key-name", o.KeyName, "serving key file name in --cert-dir")

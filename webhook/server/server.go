@@ -71,9 +71,9 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 //   - "" nodes: list, watch
 //   - resource.k8s.io resourceclaimtemplates: get, create (managed templates of annotated pods)
 func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
-	invCfg, err := nodegroups.LoadConfig(o.InventoryConfig)
+	invCfg, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
-		return fmt.Errorf("--inventory-config: %w", err)
+		return fmt.Errorf("--node-groups: %w", err)
 	}
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {

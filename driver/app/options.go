@@ -1,0 +1,131 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpu-dra/gpu-dra/driver/cdi"
+	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/flagalias"
+)
+
+// Options are the plugin's settings; AddFlags gives each its flag.
+type Options struct {
+	DriverName string
+	NodeName   string
+	PodUID     string
+	Kubeconfig string
+	// NodeGroupsFile is the node-groups file; empty means the default devices on every node.
+	NodeGroupsFile string
+	RegistrarDir   string
+	PluginsDir     string
+	CDIRoot        string
+	HealthAddr     string
+	MetricsAddr    string
+	// ShutdownTimeout bounds the slice cleanup after SIGTERM.
+	ShutdownTimeout time.Duration
+	// KubeAPIQPS and KubeAPIBurst limit the client. Every NodePrepareResources reads its claims
+	// from the API server; client-go's default of 5 QPS would add 200ms to each prepare once the
+	// burst is spent.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	// NodeGroupsPollInterval is how often the node-groups file is re-read (Node labels are watched).
+	NodeGroupsPollInterval time.Duration
+	// DeleteAllSlices selects the chart's pre-delete hook instead of Run (see DeleteAllSlices).
+	DeleteAllSlices bool
+}
+
+// NewOptions returns the defaults; node name and pod UID come from $NODE_NAME and $POD_UID
+// (downward API).
+func NewOptions() *Options {
+	return &Options{
+		DriverName:             deviceschema.DefaultDriverName,
+		NodeName:               os.Getenv("NODE_NAME"),
+		PodUID:                 os.Getenv("POD_UID"),
+		RegistrarDir:           kubeletplugin.KubeletRegistryDir,
+		PluginsDir:             kubeletplugin.KubeletPluginsDir,
+		CDIRoot:                cdi.DefaultRoot,
+		HealthAddr:             ":8081",
+		MetricsAddr:            ":8080",
+		KubeAPIQPS:             50,
+		KubeAPIBurst:           100,
+		NodeGroupsPollInterval: 10 * time.Second,
+	}
+}
+
+// AddFlags registers the plugin's flags on fs, with the current values as defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.DriverName, "driver-name", o.DriverName, "DRA driver name; also the DeviceClass's driver and the attribute domain.")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Node this plugin runs on (default: env NODE_NAME, from the downward API spec.nodeName).")
+	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this pod (default: env POD_UID, from metadata.uid); enables rolling updates; empty disables them.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig file; empty means in-cluster config.")
+	fs.StringVar(&o.NodeGroupsFile, "node-groups", o.NodeGroupsFile, "Node-groups file (YAML); empty means 8 default GPUs per node.")
+	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", o.RegistrarDir, "Directory where the kubelet watches for plugin registration sockets.")
+	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", o.PluginsDir, "Parent of the plugin data directory (<dir>/<driver name>: DRA socket, checkpoint).")
+	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "Directory for CDI spec files; the container runtime must read it.")
+	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "Address of the liveness endpoint /healthz; empty disables it.")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address of the Prometheus endpoint /metrics; empty disables it.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "Bound on ResourceSlice cleanup after SIGTERM (default 20s).")
+	fs.DurationVar(&o.NodeGroupsPollInterval, "node-groups-poll-interval", o.NodeGroupsPollInterval, "How often --node-groups is re-read; a change re-publishes the node's devices.")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (each prepare reads its claims).")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
+	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "Delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook).")
+	flagalias.Deprecated(fs, "inventory-config", "node-groups")
+	flagalias.Deprecated(fs, "inventory-poll-interval", "node-groups-poll-interval")
+}
+
+// Validate names the flag to fix.
+func (o *Options) Validate() error {
+	var errs []error
+	if msgs := validation.IsDNS1123Subdomain(o.DriverName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--driver-name %q: %v", o.DriverName, msgs))
+	}
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or env NODE_NAME) is required; set it from the downward API spec.nodeName"))
+	}
+	if o.RegistrarDir == "" || o.PluginsDir == "" {
+		errs = append(errs, errors.New("--kubelet-registrar-dir and --kubelet-plugins-dir must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) clientset() (kubernetes.Interface, error) {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %q (empty means in-cluster): %w", o.Kubeconfig, err)
+	}
+	restConfig.QPS, restConfig.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
+	restConfig.UserAgent = "gpu-kubelet-plugin/" + o.NodeName
+	clientset, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return clientset, nil
+}
+
+// DataDir is the plugin data directory: sockets, checkpoint, lock.
+func (o *Options) DataDir() string { return filepath.Join(o.PluginsDir, o.DriverName) }
+
+// RegistrationSocket is where the helper puts the registration socket.
+func (o *Options) RegistrationSocket() string {
+	if o.PodUID == "" {
+		return filepath.Join(o.RegistrarDir, o.DriverName+"-reg.sock")
+	}
+	return filepath.Join(o.RegistrarDir, kubeletplugin.RollingUpdateRegistrarSocketFile(o.RegistrarDir, o.DriverName, types.UID(o.PodUID)))
+}
+
+// DRASocket is where the helper puts the DRA socket.
+func (o *Options) DRASocket() string {
+	return filepath.Join(o.DataDir(), plugin.DRASocketName(o.PodUID))
+}
