@@ -28,6 +28,10 @@ build_base() {
   [ -x /bin/busybox ] || die "/bin/busybox is missing: run 'make deps' (Debian package busybox-static)"
   cp /bin/busybox "$root/busybox/bin/busybox"
   for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "$root/busybox/bin/$a"; done
+  # The upstream reference driver's demo manifests run `bash -c ...`; busybox has no bash applet, so a
+  # two-line shim hands bash's arguments to busybox sh (every construct those scripts use is POSIX).
+  printf '#!/bin/sh\nexec /bin/sh "$@"\n' > "$root/busybox/bin/bash"
+  chmod 755 "$root/busybox/bin/bash"
   echo 'root:x:0:0:root:/root:/bin/sh' > "$root/busybox/etc/passwd"
   echo 'root:x:0:' > "$root/busybox/etc/group"
   chmod 1777 "$root/busybox/tmp"
