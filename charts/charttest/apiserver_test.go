@@ -268,12 +268,16 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 }
 
 func slice(apiVersion, name, node string) *unstructured.Unstructured {
+	return driverSlice(apiVersion, name, node, "gpu.example.com")
+}
+
+func driverSlice(apiVersion, name, node, driver string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion,
 		"kind":       "ResourceSlice",
 		"metadata":   map[string]any{"name": name},
 		"spec": map[string]any{
-			"driver":   "gpu.example.com",
+			"driver":   driver,
 			"nodeName": node,
 			"pool":     map[string]any{"name": node, "generation": int64(1), "resourceSliceCount": int64(1)},
 		},
@@ -319,6 +323,36 @@ func testSlicePolicy(t *testing.T, srv *testapiserver.Server, apiVersion string)
 	}
 	if err := onNodeA.Delete(ctx, "node-a-gpu", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("plugin on node-a deleting its own slice: %v", err)
+	}
+
+	// Another driver's slices on the plugin's own node: neither forged nor deleted.
+	const other = "other.example.com"
+	if _, err := onNodeA.Create(ctx, driverSlice(apiVersion, "node-a-forged", "node-a", other), metav1.CreateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), `the kubelet plugin of driver gpu.example.com may only write ResourceSlices with spec.driver gpu.example.com, not "other.example.com"`) {
+		t.Errorf("plugin on node-a creating a slice of %s: err = %v, want denied naming the driver", other, err)
+	}
+	if _, err := admin.Create(ctx, driverSlice(apiVersion, "node-a-other", "node-a", other), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("admin creating a slice of %s: %v", other, err)
+	}
+	otherSlice, err := onNodeA.Get(ctx, "node-a-other", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherSlice.SetLabels(map[string]string{"taken-over-by": "gpu-dra"})
+	if _, err := onNodeA.Update(ctx, otherSlice, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), `not "other.example.com"`) {
+		t.Errorf("plugin on node-a updating a slice of %s: err = %v, want denied", other, err)
+	}
+	if err := onNodeA.Delete(ctx, "node-a-other", metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), `not "other.example.com"`) {
+		t.Errorf("plugin on node-a deleting a slice of %s: err = %v, want denied", other, err)
+	}
+	if err := onNodeA.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err == nil {
+		t.Errorf("plugin on node-a deleting every slice of its node: admitted, want the %s slice refused", other)
+	}
+	if _, err := admin.Get(ctx, "node-a-other", metav1.GetOptions{}); err != nil {
+		t.Errorf("the slice of %s on node-a is gone: %v", other, err)
+	}
+	if err := admin.Delete(ctx, "node-a-other", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
 	}
 	// The cleanup hook deletes every slice of the driver, whatever its node.
 	cleanup := dynamic.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-cleanup", nil)).Resource(gvr)
