@@ -127,6 +127,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 			}
 			t.Run("RBAC", func(t *testing.T) { testRBAC(t, srv) })
 			t.Run("SliceAdmissionPolicy", func(t *testing.T) { testSlicePolicy(t, srv, dc.apiVersion()) })
+			t.Run("WebhookConfigPolicy", func(t *testing.T) { testWebhookConfigPolicy(t, srv) })
 			t.Run("WebhookRouting", func(t *testing.T) { testWebhookRouting(t, srv, dc.apiVersion()) })
 			t.Run("CertManager", func(t *testing.T) { testCertManagerObjects(t, srv, a, caps) })
 		})

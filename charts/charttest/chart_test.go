@@ -423,8 +423,13 @@ func TestWebhookCertModes(t *testing.T) {
 				}
 			}
 			_, hasSecret := r.find("Secret", "gpu-dra-webhook-tls")
-			if wantSecret := slices.Contains(tc.wantFlags, "--cert-mode=self"); hasSecret != wantSecret {
+			wantSecret := slices.Contains(tc.wantFlags, "--cert-mode=self")
+			if hasSecret != wantSecret {
 				t.Errorf("chart-owned Secret rendered = %v, want %v (self mode only)", hasSecret, wantSecret)
+			}
+			// Only self mode lets the webhook write its configurations, and only their caBundle.
+			if _, hasPolicy := r.find("ValidatingAdmissionPolicy", "gpu-dra-webhook-cabundle-only"); hasPolicy != wantSecret {
+				t.Errorf("caBundle-only admission policy rendered = %v, want %v (self mode only)", hasPolicy, wantSecret)
 			}
 			for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
 				wc, _ := r.find(kind, "gpu-dra-webhook")
