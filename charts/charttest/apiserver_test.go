@@ -21,9 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
@@ -225,6 +227,8 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 		})
 	}
 
+	t.Run("plugin's Node informer", func(t *testing.T) { testPluginNodeInformer(t, srv) })
+
 	// Spot checks through SubjectAccessReview, as the authorizer answers the API server.
 	for _, tc := range []struct {
 		sa        string
@@ -407,4 +411,35 @@ func testCertManagerObjects(t *testing.T, srv *testapiserver.Server, a *applier,
 		t.Fatalf("cert-manager mode renders %d cert-manager objects, want 4", len(cm))
 	}
 	a.create(cm)
+}
+
+// testPluginNodeInformer runs, as the plugin's service account, the informer the plugin watches
+// its Node with (driver/plugin.NodeGroupWatcher: list and watch with a metadata.name field
+// selector): it must sync and see a relabel, or node-group changes never reach the plugin.
+func testPluginNodeInformer(t *testing.T, srv *testapiserver.Server) {
+	ctx := t.Context()
+	node, err := srv.Clientset.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-informer"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asPlugin := kubernetes.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", map[string][]string{nodeClaim: {node.Name}}))
+	informer := coreinformers.NewFilteredNodeInformer(asPlugin, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + node.Name
+	})
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the plugin's Node informer never synced: its service account may not list and watch its Node")
+	}
+	node.Labels = map[string]string{"gpu.example.com/group": "small"}
+	if _, err := srv.Clientset.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		o, ok, _ := informer.GetStore().GetByKey(node.Name)
+		return ok && o.(*corev1.Node).Labels["gpu.example.com/group"] == "small", nil
+	}); err != nil {
+		t.Errorf("the plugin's Node informer did not see the relabel: %v", err)
+	}
 }
