@@ -368,7 +368,7 @@ func TestPodSecurity(t *testing.T) {
 			hostPaths = append(hostPaths, v.HostPath.Path)
 		}
 	}
-	if want := []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"}; !slices.Equal(hostPaths, want) {
+	if want := []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.example.com", "/var/run/cdi"}; !slices.Equal(hostPaths, want) {
 		t.Errorf("plugin host paths = %v, want exactly %v", hostPaths, want)
 	}
 }

@@ -1,10 +1,21 @@
 package charttest
 
 import (
+	"path"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
 )
 
 // TestClaimWebhookEntries: this driver's claims wait on the webhook as configured; everything
@@ -61,4 +72,202 @@ func TestClaimWebhookEntries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPodDisruptionBudget: a budget must leave a replica evictable, or every drain of a node
+// running one hangs; the chart refuses to render one that does not.
+func TestPodDisruptionBudget(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sets    []string
+		wantErr string // "" renders
+		wantPDB bool
+	}{
+		{name: "defaults", wantPDB: true},
+		{name: "one replica", sets: []string{"webhook.replicas=1"}, wantErr: "lets no webhook replica be evicted, so no node running one could ever be drained: lower minAvailable below replicas, raise replicas, or set webhook.podDisruptionBudget.enabled=false"},
+		{name: "one replica, no budget", sets: []string{"webhook.replicas=1", "webhook.podDisruptionBudget.enabled=false"}},
+		{name: "minAvailable equals replicas", sets: []string{"webhook.replicas=3", "webhook.podDisruptionBudget.minAvailable=3"}, wantErr: "minAvailable 3 with webhook.replicas 3"},
+		{name: "percentage rounding up to all", sets: []string{"webhook.replicas=3", "webhook.podDisruptionBudget.minAvailable=67%"}, wantErr: "minAvailable 67% with webhook.replicas 3"},
+		{name: "percentage leaving one", sets: []string{"webhook.replicas=3", "webhook.podDisruptionBudget.minAvailable=66%"}, wantPDB: true},
+		{name: "100%", sets: []string{"webhook.podDisruptionBudget.minAvailable=100%"}, wantErr: "minAvailable 100%"},
+		{name: "not a number", sets: []string{"webhook.podDisruptionBudget.minAvailable=most"}, wantErr: "minAvailable"},
+		{name: "negative", sets: []string{"webhook.podDisruptionBudget.minAvailable=-1"}, wantErr: "minAvailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := render(t, capabilities(t, clusters[1]), values(t, tc.sets...))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, ok := r.find("PodDisruptionBudget", "")
+			if ok != tc.wantPDB {
+				t.Fatalf("PodDisruptionBudget rendered = %v, want %v", ok, tc.wantPDB)
+			}
+			if !ok {
+				return
+			}
+			var pdb policyv1.PodDisruptionBudget
+			decode(t, m, &pdb)
+			d, _ := r.find("Deployment", "gpu-dra-webhook")
+			var dep appsv1.Deployment
+			decode(t, d, &dep)
+			replicas := int(*dep.Spec.Replicas)
+			// As the disruption controller computes it.
+			minPods, err := intstr.GetScaledValueFromIntOrPercent(pdb.Spec.MinAvailable, replicas, true)
+			if err != nil || minPods >= replicas {
+				t.Errorf("minAvailable %v of %d replicas leaves none evictable (%v)", pdb.Spec.MinAvailable, replicas, err)
+			}
+		})
+	}
+}
+
+// TestWebhookPriorityClass: with failurePolicy Fail the webhook is part of the control path of
+// every GPU pod, so it is not the first to go under node pressure; the default is allowed in any
+// namespace of a default cluster (the Priority admission plugin has not limited system-* classes
+// to kube-system since 1.17).
+func TestWebhookPriorityClass(t *testing.T) {
+	for _, tc := range []struct {
+		sets []string
+		want string
+	}{
+		{nil, "system-cluster-critical"},
+		{[]string{"webhook.priorityClassName=gpu-critical"}, "gpu-critical"},
+		{[]string{"webhook.priorityClassName="}, ""},
+	} {
+		r := mustRender(t, capabilities(t, clusters[1]), values(t, tc.sets...))
+		if got := pods(t, r)["webhook"].Spec.PriorityClassName; got != tc.want {
+			t.Errorf("--set %v: webhook priorityClassName %q, want %q", tc.sets, got, tc.want)
+		}
+	}
+}
+
+// TestPluginTolerations checks the DaemonSet's tolerations with the scheduler's own matching.
+func TestPluginTolerations(t *testing.T) {
+	taint := func(key string) *corev1.Taint {
+		return &corev1.Taint{Key: key, Value: "present", Effect: corev1.TaintEffectNoSchedule}
+	}
+	for _, tc := range []struct {
+		name       string
+		vals       map[string]any
+		tolerated  []string
+		untolerate []string
+	}{
+		{name: "defaults", vals: values(t), tolerated: []string{"nvidia.com/gpu", "gpu.example.com"}, untolerate: []string{"example.com/dedicated"}},
+		{name: "driver name", vals: values(t, "driverName=gpu.acme.org"), tolerated: []string{"nvidia.com/gpu", "gpu.acme.org"}, untolerate: []string{"gpu.example.com"}},
+		{name: "own list", vals: values(t, "kubeletPlugin.tolerations[0].key=amd.com/gpu", "kubeletPlugin.tolerations[0].operator=Exists"),
+			tolerated: []string{"amd.com/gpu", "gpu.example.com"}, untolerate: []string{"nvidia.com/gpu"}},
+		{name: "none", vals: map[string]any{"kubeletPlugin": map[string]any{"tolerations": []any{}, "tolerateDriverTaint": false}},
+			untolerate: []string{"nvidia.com/gpu", "gpu.example.com"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tolerations := pods(t, mustRender(t, capabilities(t, clusters[1]), tc.vals))["plugin"].Spec.Tolerations
+			for _, key := range tc.tolerated {
+				if !corev1helpers.TolerationsTolerateTaint(klog.Background(), tolerations, taint(key), false) {
+					t.Errorf("the plugin does not tolerate %s:NoSchedule (tolerations %+v)", key, tolerations)
+				}
+			}
+			for _, key := range tc.untolerate {
+				if corev1helpers.TolerationsTolerateTaint(klog.Background(), tolerations, taint(key), false) {
+					t.Errorf("the plugin tolerates %s:NoSchedule", key)
+				}
+			}
+		})
+	}
+}
+
+// TestPluginHostDirectories: the plugin sees the kubelet's registration directory, its own
+// driver's directory under plugins/ (at the same path as on the host: the kubelet dials the
+// socket the plugin registers) and the CDI directory; not the other plugins' directories.
+func TestPluginHostDirectories(t *testing.T) {
+	for _, tc := range []struct {
+		sets []string
+		want []string
+	}{
+		{nil, []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.example.com", "/var/run/cdi"}},
+		{[]string{"driverName=gpu.acme.org", "kubeletPlugin.kubeletDir=/data/kubelet/", "kubeletPlugin.cdiRoot=/etc/cdi"},
+			[]string{"/data/kubelet/plugins_registry", "/data/kubelet/plugins/gpu.acme.org", "/etc/cdi"}},
+	} {
+		spec := pods(t, mustRender(t, capabilities(t, clusters[1]), values(t, tc.sets...)))["plugin"].Spec
+		c := spec.Containers[0]
+		var hostPaths []string
+		for _, v := range spec.Volumes {
+			if v.HostPath == nil {
+				continue
+			}
+			hostPaths = append(hostPaths, v.HostPath.Path)
+			i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name })
+			if i < 0 || c.VolumeMounts[i].MountPath != v.HostPath.Path {
+				t.Errorf("--set %v: host path %s is not mounted at the same path", tc.sets, v.HostPath.Path)
+			}
+		}
+		if !slices.Equal(hostPaths, tc.want) {
+			t.Errorf("--set %v: host paths %v, want exactly %v", tc.sets, hostPaths, tc.want)
+		}
+		// The plugin's data directory (--kubelet-plugins-dir/<driver>) is the one mounted.
+		driver := strings.TrimPrefix(c.Command[slices.IndexFunc(c.Command, func(a string) bool { return strings.HasPrefix(a, "--driver-name=") })], "--driver-name=")
+		for _, a := range c.Command {
+			if dir, ok := strings.CutPrefix(a, "--kubelet-plugins-dir="); ok && path.Join(dir, driver) != tc.want[1] {
+				t.Errorf("--set %v: data directory %s, mounted %s", tc.sets, path.Join(dir, driver), tc.want[1])
+			}
+		}
+	}
+}
+
+// TestPodSecurityLevel evaluates every rendered pod with the Pod Security admission's own checks:
+// the plugin needs the privileged level (host paths), which the chart's NOTES tell the user to
+// label the namespace with; everything else runs under restricted.
+func TestPodSecurityLevel(t *testing.T) {
+	evaluator, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustRender(t, capabilities(t, clusters[1]), values(t, installSets...))
+	lowest := map[string]psaapi.Level{}
+	for name, pod := range pods(t, r) {
+		for _, level := range []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline, psaapi.LevelPrivileged} {
+			res := psapolicy.AggregateCheckResults(evaluator.EvaluatePod(psaapi.LevelVersion{Level: level, Version: psaapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec))
+			if res.Allowed {
+				lowest[name] = level
+				break
+			}
+			t.Logf("%s at %s: %s", name, level, res.ForbiddenDetail())
+		}
+	}
+	want := map[string]psaapi.Level{"plugin": psaapi.LevelPrivileged, "webhook": psaapi.LevelRestricted, "cleanup": psaapi.LevelRestricted}
+	for name, level := range want {
+		if lowest[name] != level {
+			t.Errorf("%s runs at Pod Security level %q at the lowest, want %q", name, lowest[name], level)
+		}
+	}
+	if label := "kubectl label namespace gpu-dra pod-security.kubernetes.io/enforce=privileged"; !strings.Contains(r.Notes, label) {
+		t.Errorf("NOTES.txt does not tell the user to run %q:\n%s", label, r.Notes)
+	}
+}
+
+// pods are the pod templates of the plugin, the webhook and the cleanup hook.
+func pods(t *testing.T, r rendered) map[string]corev1.PodTemplateSpec {
+	t.Helper()
+	out := map[string]corev1.PodTemplateSpec{}
+	for _, m := range r.Manifests {
+		switch m.kind() {
+		case "DaemonSet":
+			var o appsv1.DaemonSet
+			decode(t, m, &o)
+			out["plugin"] = o.Spec.Template
+		case "Deployment":
+			var o appsv1.Deployment
+			decode(t, m, &o)
+			out["webhook"] = o.Spec.Template
+		case "Job":
+			var o batchv1.Job
+			decode(t, m, &o)
+			out["cleanup"] = o.Spec.Template
+		}
+	}
+	return out
 }

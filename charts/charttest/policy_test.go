@@ -49,7 +49,9 @@ func testWebhookConfigPolicy(t *testing.T, srv *testapiserver.Server) {
 		_, err = asWebhook.MutatingWebhookConfigurations().Update(ctx, c, dryRun)
 		return err
 	}
-	dropSelector := func(c *admissionregistrationv1.ValidatingWebhookConfiguration) { c.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{} }
+	dropSelector := func(c *admissionregistrationv1.ValidatingWebhookConfiguration) {
+		c.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{}
+	}
 
 	// Policies take effect asynchronously once their type checking ran.
 	var last error
