@@ -104,7 +104,11 @@ func TestInstallOnAPIServer(t *testing.T) {
 			for _, v := range served {
 				caps.APIVersions = append(caps.APIVersions, "resource.k8s.io/"+v)
 			}
-			r := mustRender(t, caps, values(t, installSets...))
+			// With the optional NetworkPolicy, so that the server validates it too.
+			r := mustRender(t, caps, values(t, append(slices.Clone(installSets), networkPolicySets...)...))
+			if _, ok := r.find("NetworkPolicy", ""); !ok {
+				t.Fatal("no NetworkPolicy rendered")
+			}
 			dc, _ := r.find("DeviceClass", "")
 			if dc.apiVersion() != tc.c.wantResourceAPI {
 				t.Fatalf("server serves %v; chart chose %s, want %s", served, dc.apiVersion(), tc.c.wantResourceAPI)

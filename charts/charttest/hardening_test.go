@@ -1,6 +1,7 @@
 package charttest
 
 import (
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -10,7 +11,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -270,4 +274,80 @@ func pods(t *testing.T, r rendered) map[string]corev1.PodTemplateSpec {
 		}
 	}
 	return out
+}
+
+// networkPolicySets enable the optional NetworkPolicy with a source of each kind; the OpenAPI and
+// real API server tests render the chart with them too.
+var networkPolicySets = []string{
+	"webhook.networkPolicy.enabled=true",
+	"webhook.networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.10/32",
+	"webhook.networkPolicy.webhookFrom[1].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=kube-system",
+	"webhook.networkPolicy.webhookFrom[1].podSelector.matchLabels.k8s-app=konnectivity-agent",
+	"webhook.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
+}
+
+// TestNetworkPolicy: off by default; when on, it selects exactly the webhook's pods and opens
+// the admission and metrics ports, by the container's own port names, to the configured
+// sources only.
+func TestNetworkPolicy(t *testing.T) {
+	caps := capabilities(t, clusters[1])
+	if _, ok := mustRender(t, caps, nil).find("NetworkPolicy", ""); ok {
+		t.Error("a NetworkPolicy is rendered by default")
+	}
+	for _, tc := range []struct {
+		name string
+		sets []string
+		// want is port number -> number of peers allowed to reach it.
+		want map[int32]int
+	}{
+		{name: "no sources", sets: []string{"webhook.networkPolicy.enabled=true"}, want: map[int32]int{}},
+		{name: "sources", sets: networkPolicySets, want: map[int32]int{9443: 2, 8080: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRender(t, caps, values(t, tc.sets...))
+			m, ok := r.find("NetworkPolicy", "gpu-dra-webhook")
+			if !ok {
+				t.Fatal("no NetworkPolicy")
+			}
+			var np networkingv1.NetworkPolicy
+			decode(t, m, &np)
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, pod := range pods(t, r) {
+				if got := sel.Matches(labels.Set(pod.Labels)); got != (name == "webhook") {
+					t.Errorf("policy selects the %s pods: %v", name, got)
+				}
+			}
+			if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || np.Spec.Ingress == nil {
+				t.Errorf("policy types %v, ingress %v: want the pods isolated for ingress", np.Spec.PolicyTypes, np.Spec.Ingress)
+			}
+			ports := map[string]int32{}
+			for _, p := range pods(t, r)["webhook"].Spec.Containers[0].Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			got := map[int32]int{}
+			for _, rule := range np.Spec.Ingress {
+				if len(rule.From) == 0 {
+					t.Errorf("an ingress rule without sources admits everyone: %+v", rule)
+				}
+				for _, p := range rule.Ports {
+					number, ok := ports[p.Port.StrVal]
+					if !ok {
+						t.Errorf("rule names port %v, which the webhook container does not have", p.Port)
+					}
+					got[number] += len(rule.From)
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("sources per port %v, want %v", got, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{"webhook.networkPolicy.webhookFrom[0].ipBlock.cdir=10.0.0.0/8", "webhook.networkPolicy.metricsFrom[0].everyone=true"} {
+		if _, err := render(t, caps, values(t, bad)); err == nil || !strings.Contains(err.Error(), "networkPolicy") {
+			t.Errorf("--set %s: err = %v, want the schema to refuse it", bad, err)
+		}
+	}
 }
