@@ -3,6 +3,7 @@ package charttest
 import (
 	"maps"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -169,7 +170,12 @@ func TestPluginTolerations(t *testing.T) {
 			untolerate: []string{"nvidia.com/gpu", "gpu.example.com"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tolerations := pods(t, mustRender(t, capabilities(t, clusters[1]), tc.vals))["plugin"].Spec.Tolerations
+			rendered := pods(t, mustRender(t, capabilities(t, clusters[1]), tc.vals))
+			tolerations := rendered["plugin"].Spec.Tolerations
+			// The cleanup hook may have only GPU nodes to run on.
+			if cleanup := rendered["cleanup"].Spec.Tolerations; !reflect.DeepEqual(cleanup, tolerations) {
+				t.Errorf("cleanup hook tolerates %+v, the plugin %+v", cleanup, tolerations)
+			}
 			for _, key := range tc.tolerated {
 				if !corev1helpers.TolerationsTolerateTaint(klog.Background(), tolerations, taint(key), false) {
 					t.Errorf("the plugin does not tolerate %s:NoSchedule (tolerations %+v)", key, tolerations)

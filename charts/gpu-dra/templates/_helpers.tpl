@@ -153,3 +153,15 @@ matchPolicy: Equivalent
 sideEffects: None
 {{ include "gpu-dra.webhookNamespaceSelector" . }}
 {{- end }}
+
+{{/* Tolerations of the plugin (and the cleanup hook, which may have only GPU nodes to run on). */}}
+{{- define "gpu-dra.pluginTolerations" -}}
+{{- with .Values.kubeletPlugin.tolerations }}
+{{ toYaml . }}
+{{- end }}
+{{- if .Values.kubeletPlugin.tolerateDriverTaint }}
+- key: {{ .Values.driverName }}
+  operator: Exists
+  effect: NoSchedule
+{{- end }}
+{{- end }}
