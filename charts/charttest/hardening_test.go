@@ -145,7 +145,7 @@ func TestWebhookPriorityClass(t *testing.T) {
 		{[]string{"webhook.priorityClassName="}, ""},
 	} {
 		r := mustRender(t, capabilities(t, clusters[1]), values(t, tc.sets...))
-		if got := pods(t, r)["webhook"].Spec.PriorityClassName; got != tc.want {
+		if got := renderedPods(t, r)["webhook"].Spec.PriorityClassName; got != tc.want {
 			t.Errorf("--set %v: webhook priorityClassName %q, want %q", tc.sets, got, tc.want)
 		}
 	}
@@ -170,7 +170,7 @@ func TestPluginTolerations(t *testing.T) {
 			untolerate: []string{"nvidia.com/gpu", "gpu.example.com"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rendered := pods(t, mustRender(t, capabilities(t, clusters[1]), tc.vals))
+			rendered := renderedPods(t, mustRender(t, capabilities(t, clusters[1]), tc.vals))
 			tolerations := rendered["plugin"].Spec.Tolerations
 			// The cleanup hook may have only GPU nodes to run on.
 			if cleanup := rendered["cleanup"].Spec.Tolerations; !reflect.DeepEqual(cleanup, tolerations) {
@@ -202,7 +202,7 @@ func TestPluginHostDirectories(t *testing.T) {
 		{[]string{"driverName=gpu.acme.org", "kubeletPlugin.kubeletDir=/data/kubelet/", "kubeletPlugin.cdiRoot=/etc/cdi"},
 			[]string{"/data/kubelet/plugins_registry", "/data/kubelet/plugins/gpu.acme.org", "/etc/cdi"}},
 	} {
-		spec := pods(t, mustRender(t, capabilities(t, clusters[1]), values(t, tc.sets...)))["plugin"].Spec
+		spec := renderedPods(t, mustRender(t, capabilities(t, clusters[1]), values(t, tc.sets...)))["plugin"].Spec
 		c := spec.Containers[0]
 		var hostPaths []string
 		for _, v := range spec.Volumes {
@@ -238,7 +238,7 @@ func TestPodSecurityLevel(t *testing.T) {
 	}
 	r := mustRender(t, capabilities(t, clusters[1]), values(t, installSets...))
 	lowest := map[string]psaapi.Level{}
-	for name, pod := range pods(t, r) {
+	for name, pod := range renderedPods(t, r) {
 		for _, level := range []psaapi.Level{psaapi.LevelRestricted, psaapi.LevelBaseline, psaapi.LevelPrivileged} {
 			res := psapolicy.AggregateCheckResults(evaluator.EvaluatePod(psaapi.LevelVersion{Level: level, Version: psaapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec))
 			if res.Allowed {
@@ -259,8 +259,8 @@ func TestPodSecurityLevel(t *testing.T) {
 	}
 }
 
-// pods are the pod templates of the plugin, the webhook and the cleanup hook.
-func pods(t *testing.T, r rendered) map[string]corev1.PodTemplateSpec {
+// renderedPods are the pod templates of the plugin, the webhook and the cleanup hook.
+func renderedPods(t *testing.T, r rendered) map[string]corev1.PodTemplateSpec {
 	t.Helper()
 	out := map[string]corev1.PodTemplateSpec{}
 	for _, m := range r.Manifests {
@@ -321,7 +321,7 @@ func TestNetworkPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for name, pod := range pods(t, r) {
+			for name, pod := range renderedPods(t, r) {
 				if got := sel.Matches(labels.Set(pod.Labels)); got != (name == "webhook") {
 					t.Errorf("policy selects the %s pods: %v", name, got)
 				}
@@ -330,7 +330,7 @@ func TestNetworkPolicy(t *testing.T) {
 				t.Errorf("policy types %v, ingress %v: want the pods isolated for ingress", np.Spec.PolicyTypes, np.Spec.Ingress)
 			}
 			ports := map[string]int32{}
-			for _, p := range pods(t, r)["webhook"].Spec.Containers[0].Ports {
+			for _, p := range renderedPods(t, r)["webhook"].Spec.Containers[0].Ports {
 				ports[p.Name] = p.ContainerPort
 			}
 			got := map[int32]int{}
