@@ -2,23 +2,16 @@ package charttest
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,13 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
@@ -111,7 +104,11 @@ func TestInstallOnAPIServer(t *testing.T) {
 			for _, v := range served {
 				caps.APIVersions = append(caps.APIVersions, "resource.k8s.io/"+v)
 			}
-			r := mustRender(t, caps, values(t, installSets...))
+			// With the optional NetworkPolicy, so that the server validates it too.
+			r := mustRender(t, caps, values(t, append(slices.Clone(installSets), networkPolicySets...)...))
+			if _, ok := r.find("NetworkPolicy", ""); !ok {
+				t.Fatal("no NetworkPolicy rendered")
+			}
 			dc, _ := r.find("DeviceClass", "")
 			if dc.apiVersion() != tc.c.wantResourceAPI {
 				t.Fatalf("server serves %v; chart chose %s, want %s", served, dc.apiVersion(), tc.c.wantResourceAPI)
@@ -127,6 +124,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 			}
 			t.Run("RBAC", func(t *testing.T) { testRBAC(t, srv) })
 			t.Run("SliceAdmissionPolicy", func(t *testing.T) { testSlicePolicy(t, srv, dc.apiVersion()) })
+			t.Run("WebhookConfigPolicy", func(t *testing.T) { testWebhookConfigPolicy(t, srv) })
 			t.Run("WebhookRouting", func(t *testing.T) { testWebhookRouting(t, srv, dc.apiVersion()) })
 			t.Run("CertManager", func(t *testing.T) { testCertManagerObjects(t, srv, a, caps) })
 		})
@@ -233,6 +231,8 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 		})
 	}
 
+	t.Run("plugin's Node informer", func(t *testing.T) { testPluginNodeInformer(t, srv) })
+
 	// Spot checks through SubjectAccessReview, as the authorizer answers the API server.
 	for _, tc := range []struct {
 		sa        string
@@ -268,12 +268,16 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 }
 
 func slice(apiVersion, name, node string) *unstructured.Unstructured {
+	return driverSlice(apiVersion, name, node, "gpu.example.com")
+}
+
+func driverSlice(apiVersion, name, node, driver string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion,
 		"kind":       "ResourceSlice",
 		"metadata":   map[string]any{"name": name},
 		"spec": map[string]any{
-			"driver":   "gpu.example.com",
+			"driver":   driver,
 			"nodeName": node,
 			"pool":     map[string]any{"name": node, "generation": int64(1), "resourceSliceCount": int64(1)},
 		},
@@ -319,6 +323,36 @@ func testSlicePolicy(t *testing.T, srv *testapiserver.Server, apiVersion string)
 	}
 	if err := onNodeA.Delete(ctx, "node-a-gpu", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("plugin on node-a deleting its own slice: %v", err)
+	}
+
+	// Another driver's slices on the plugin's own node: neither forged nor deleted.
+	const other = "other.example.com"
+	if _, err := onNodeA.Create(ctx, driverSlice(apiVersion, "node-a-forged", "node-a", other), metav1.CreateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), `the kubelet plugin of driver gpu.example.com may only write ResourceSlices with spec.driver gpu.example.com, not "other.example.com"`) {
+		t.Errorf("plugin on node-a creating a slice of %s: err = %v, want denied naming the driver", other, err)
+	}
+	if _, err := admin.Create(ctx, driverSlice(apiVersion, "node-a-other", "node-a", other), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("admin creating a slice of %s: %v", other, err)
+	}
+	otherSlice, err := onNodeA.Get(ctx, "node-a-other", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherSlice.SetLabels(map[string]string{"taken-over-by": "gpu-dra"})
+	if _, err := onNodeA.Update(ctx, otherSlice, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), `not "other.example.com"`) {
+		t.Errorf("plugin on node-a updating a slice of %s: err = %v, want denied", other, err)
+	}
+	if err := onNodeA.Delete(ctx, "node-a-other", metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), `not "other.example.com"`) {
+		t.Errorf("plugin on node-a deleting a slice of %s: err = %v, want denied", other, err)
+	}
+	if err := onNodeA.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err == nil {
+		t.Errorf("plugin on node-a deleting every slice of its node: admitted, want the %s slice refused", other)
+	}
+	if _, err := admin.Get(ctx, "node-a-other", metav1.GetOptions{}); err != nil {
+		t.Errorf("the slice of %s on node-a is gone: %v", other, err)
+	}
+	if err := admin.Delete(ctx, "node-a-other", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
 	}
 	// The cleanup hook deletes every slice of the driver, whatever its node.
 	cleanup := dynamic.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-cleanup", nil)).Resource(gvr)
@@ -383,155 +417,33 @@ func testCertManagerObjects(t *testing.T, srv *testapiserver.Server, a *applier,
 	a.create(cm)
 }
 
-// recorder is a stand-in for gpu-webhook that admits everything and records what the API
-// server sent it, to check which requests the rendered configurations route to the webhook.
-type recorder struct {
-	mu   sync.Mutex
-	seen []string // "<path> <kind> <namespace>/<name>"
-}
-
-func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var review admissionv1.AdmissionReview
-	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-		http.Error(w, "bad review", http.StatusBadRequest)
-		return
-	}
-	name := review.Request.Name
-	if name == "" {
-		var obj struct {
-			Metadata struct{ Name, GenerateName string } `json:"metadata"`
-		}
-		_ = json.Unmarshal(review.Request.Object.Raw, &obj)
-		name = obj.Metadata.Name + obj.Metadata.GenerateName
-	}
-	rec.mu.Lock()
-	rec.seen = append(rec.seen, fmt.Sprintf("%s %s %s/%s", r.URL.Path, review.Request.Kind.Kind, review.Request.Namespace, name))
-	rec.mu.Unlock()
-	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-	review.Request = nil
-	_ = json.NewEncoder(w).Encode(review)
-}
-
-func (rec *recorder) calls() []string {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return slices.Clone(rec.seen)
-}
-
-// testWebhookRouting points the installed webhook configurations at a recorder and checks their
-// rules, matchConditions and namespaceSelector on the real API server: only annotated pods and
-// claims/templates outside the excluded namespaces reach the webhook.
-func testWebhookRouting(t *testing.T, srv *testapiserver.Server, resourceAPI string) {
+// testPluginNodeInformer runs, as the plugin's service account, the informer the plugin watches
+// its Node with (driver/plugin.NodeGroupWatcher: list and watch with a metadata.name field
+// selector): it must sync and see a relabel, or node-group changes never reach the plugin.
+func testPluginNodeInformer(t *testing.T, srv *testapiserver.Server) {
 	ctx := t.Context()
-	cs := srv.Clientset
-	bundle, _, err := certs.Renew(certs.Bundle{}, []string{"localhost"}, time.Now(), certs.Lifetimes{})
+	node, err := srv.Clientset.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-informer"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.X509KeyPair(bundle.Cert, bundle.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	ts := httptest.NewUnstartedServer(rec)
-	ts.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-	for _, o := range certs.TLSOpts() {
-		o(ts.TLS)
-	}
-	ts.StartTLS()
-	t.Cleanup(ts.Close)
-	url := func(path string) *string {
-		u := strings.Replace(ts.URL, "127.0.0.1", "localhost", 1) + path
-		return &u
-	}
-	admission := cs.AdmissionregistrationV1()
-	vwc, err := admission.ValidatingWebhookConfigurations().Get(ctx, "gpu-dra-webhook", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range vwc.Webhooks {
-		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: url(*vwc.Webhooks[i].ClientConfig.Service.Path), CABundle: bundle.CACert}
-	}
-	if _, err := admission.ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	mwc, err := admission.MutatingWebhookConfigurations().Get(ctx, "gpu-dra-webhook", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range mwc.Webhooks {
-		mwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: url(*mwc.Webhooks[i].ClientConfig.Service.Path), CABundle: bundle.CACert}
-	}
-	if _, err := admission.MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	user := "team-a"
-	for _, n := range []string{user, "kube-system"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range []string{user, "kube-system", releaseNS} {
-		// No controller-manager here to create it; the ServiceAccount admission plugin wants it.
-		if _, err := cs.CoreV1().ServiceAccounts(n).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	pod := func(ns, name string, annotations map[string]string) {
-		t.Helper()
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
-			Spec: corev1.PodSpec{
-				AutomountServiceAccountToken: ptr.To(false),
-				Containers:                   []corev1.Container{{Name: "c", Image: "busybox"}},
-			},
-		}
-		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Errorf("create pod %s/%s: %v", ns, name, err)
-		}
-	}
-	// The webhook configuration is read by the API server asynchronously: wait for the first call.
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		pod(user, "probe-"+strconv.Itoa(len(rec.calls()))+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), map[string]string{"gpu.example.com/count": "1"})
-		return len(rec.calls()) > 0, nil
+	asPlugin := kubernetes.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", map[string][]string{nodeClaim: {node.Name}}))
+	informer := coreinformers.NewFilteredNodeInformer(asPlugin, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + node.Name
 	})
-	if err != nil {
-		t.Fatalf("the API server never called the mutating webhook: %v", err)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the plugin's Node informer never synced: its service account may not list and watch its Node")
 	}
-	before := len(rec.calls())
-	pod(user, "annotated", map[string]string{"gpu.example.com/count": "2"})
-	pod(user, "other-annotations", map[string]string{"example.com/owner": "me"})
-	pod(user, "no-annotations", nil)
-	pod("kube-system", "annotated-system", map[string]string{"gpu.example.com/count": "2"})
-	pod(releaseNS, "annotated-release", map[string]string{"gpu.example.com/count": "2"})
-
-	gv, _ := schema.ParseGroupVersion(resourceAPI)
-	templates := dynamic.NewForConfigOrDie(srv.Config).Resource(gv.WithResource("resourceclaimtemplates"))
-	tmpl := func(ns, name string) {
-		t.Helper()
-		request := map[string]any{"name": "gpu", "deviceClassName": "gpu.example.com"}
-		if gv.Version == "v1" {
-			request = map[string]any{"name": "gpu", "exactly": map[string]any{"deviceClassName": "gpu.example.com"}}
-		}
-		obj := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": resourceAPI, "kind": "ResourceClaimTemplate",
-			"metadata": map[string]any{"name": name, "namespace": ns},
-			"spec":     map[string]any{"spec": map[string]any{"devices": map[string]any{"requests": []any{request}}}},
-		}}
-		if _, err := templates.Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			t.Errorf("create ResourceClaimTemplate %s/%s: %v", ns, name, err)
-		}
+	node.Labels = map[string]string{"gpu.example.com/group": "small"}
+	if _, err := srv.Clientset.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	tmpl(user, "user-template")
-	tmpl("kube-system", "system-template")
-
-	got := rec.calls()[before:]
-	want := []string{
-		"/mutate-pod Pod " + user + "/annotated",
-		"/validate-resource-claim ResourceClaimTemplate " + user + "/user-template",
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("webhook calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		o, ok, _ := informer.GetStore().GetByKey(node.Name)
+		return ok && o.(*corev1.Node).Labels["gpu.example.com/group"] == "small", nil
+	}); err != nil {
+		t.Errorf("the plugin's Node informer did not see the relabel: %v", err)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -295,33 +294,26 @@ func mountsConfigMap(spec corev1.PodSpec, cm, path string) bool {
 // TestPodSecurity pins the privileges of every container (SPEC §10).
 func TestPodSecurity(t *testing.T) {
 	r := mustRender(t, capabilities(t, clusters[1]), nil)
+	ds, _ := r.find("DaemonSet", "")
+	var daemonSet appsv1.DaemonSet
+	decode(t, ds, &daemonSet)
+	if s := daemonSet.Spec.UpdateStrategy.RollingUpdate; s == nil || s.MaxSurge.IntValue() != 1 || s.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("DaemonSet rolling update = %+v, want maxSurge 1, maxUnavailable 0", s)
+	}
+	d, _ := r.find("Deployment", "")
+	var deployment appsv1.Deployment
+	decode(t, d, &deployment)
+	if *deployment.Spec.Replicas != 2 {
+		t.Errorf("webhook replicas = %d, want 2", *deployment.Spec.Replicas)
+	}
+	aa := deployment.Spec.Template.Spec.Affinity.PodAntiAffinity
+	if aa == nil || len(aa.RequiredDuringSchedulingIgnoredDuringExecution) > 0 || len(aa.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		aa.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != corev1.LabelHostname {
+		t.Errorf("webhook anti-affinity must be preferred by hostname only (single-node clusters): %+v", aa)
+	}
 	pods := map[string]corev1.PodSpec{}
-	for _, m := range r.Manifests {
-		switch m.kind() {
-		case "DaemonSet":
-			var o appsv1.DaemonSet
-			decode(t, m, &o)
-			pods["plugin"] = o.Spec.Template.Spec
-			if s := o.Spec.UpdateStrategy.RollingUpdate; s == nil || s.MaxSurge.IntValue() != 1 || s.MaxUnavailable.IntValue() != 0 {
-				t.Errorf("DaemonSet rolling update = %+v, want maxSurge 1, maxUnavailable 0", s)
-			}
-		case "Deployment":
-			var o appsv1.Deployment
-			decode(t, m, &o)
-			pods["webhook"] = o.Spec.Template.Spec
-			if *o.Spec.Replicas != 2 {
-				t.Errorf("webhook replicas = %d, want 2", *o.Spec.Replicas)
-			}
-			aa := o.Spec.Template.Spec.Affinity.PodAntiAffinity
-			if aa == nil || len(aa.RequiredDuringSchedulingIgnoredDuringExecution) > 0 || len(aa.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
-				aa.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != corev1.LabelHostname {
-				t.Errorf("webhook anti-affinity must be preferred by hostname only (single-node clusters): %+v", aa)
-			}
-		case "Job":
-			var o batchv1.Job
-			decode(t, m, &o)
-			pods["cleanup"] = o.Spec.Template.Spec
-		}
+	for name, tmpl := range renderedPods(t, r) {
+		pods[name] = tmpl.Spec
 	}
 	if len(pods) != 3 {
 		t.Fatalf("pods rendered: %v", slices.Collect(mapsKeys(pods)))
@@ -368,7 +360,7 @@ func TestPodSecurity(t *testing.T) {
 			hostPaths = append(hostPaths, v.HostPath.Path)
 		}
 	}
-	if want := []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"}; !slices.Equal(hostPaths, want) {
+	if want := []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.example.com", "/var/run/cdi"}; !slices.Equal(hostPaths, want) {
 		t.Errorf("plugin host paths = %v, want exactly %v", hostPaths, want)
 	}
 }
@@ -423,8 +415,13 @@ func TestWebhookCertModes(t *testing.T) {
 				}
 			}
 			_, hasSecret := r.find("Secret", "gpu-dra-webhook-tls")
-			if wantSecret := slices.Contains(tc.wantFlags, "--cert-mode=self"); hasSecret != wantSecret {
+			wantSecret := slices.Contains(tc.wantFlags, "--cert-mode=self")
+			if hasSecret != wantSecret {
 				t.Errorf("chart-owned Secret rendered = %v, want %v (self mode only)", hasSecret, wantSecret)
+			}
+			// Only self mode lets the webhook write its configurations, and only their caBundle.
+			if _, hasPolicy := r.find("ValidatingAdmissionPolicy", "gpu-dra-webhook-cabundle-only"); hasPolicy != wantSecret {
+				t.Errorf("caBundle-only admission policy rendered = %v, want %v (self mode only)", hasPolicy, wantSecret)
 			}
 			for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
 				wc, _ := r.find(kind, "gpu-dra-webhook")

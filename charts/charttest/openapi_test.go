@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -201,6 +202,7 @@ func TestOpenAPISchemas(t *testing.T) {
 		{name: "self", sets: installSets},
 		{name: "cert-manager", extra: []string{"cert-manager.io/v1"}, sets: []string{"certs.mode=cert-manager"}},
 		{name: "secret", sets: []string{"certs.mode=secret", "certs.secret.name=tls", "certs.secret.caBundle=Q0EK", "webhook.deny={unsatisfiable}"}},
+		{name: "network-policy", sets: append(slices.Clone(installSets), networkPolicySets...)},
 	}
 	for _, c := range clusters {
 		t.Run(c.name, func(t *testing.T) {

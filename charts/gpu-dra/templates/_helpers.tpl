@@ -105,3 +105,63 @@ clientConfig:
   caBundle: {{ required "certs.secret.caBundle is required when certs.mode=secret" .root.Values.certs.secret.caBundle }}
   {{- end }}
 {{- end }}
+
+{{/*
+CEL over a ResourceClaim or ResourceClaimTemplate in any resource.k8s.io version: true when it is
+this driver's business. A request or subrequest names this chart's DeviceClass (v1beta1 requests
+carry deviceClassName themselves, v1beta2/v1 under exactly or firstAvailable[]) or has a selector
+that mentions the driver (its attribute domain, or device.driver), or the claim carries opaque
+config for the driver. A template's claim spec is spec.spec, a claim's is spec.
+*/}}
+{{- define "gpu-dra.claimIsForDriver" -}}
+{{- $spec := "object.spec.?spec.orValue(object.spec)" -}}
+{{- $driver := printf "'%s'" .Values.driverName -}}
+{{ $spec }}.?devices.?requests.orValue([]).exists(r,
+  ([r, r.?exactly.orValue({})] + r.?firstAvailable.orValue([])).exists(x,
+    x.?deviceClassName.orValue('') in [{{ $driver }}] ||
+    x.?selectors.orValue([]).exists(s, s.?cel.?expression.orValue('').contains({{ $driver }})))) ||
+{{ $spec }}.?devices.?config.orValue([]).exists(c, c.?opaque.?driver.orValue('') == {{ $driver }})
+{{- end }}
+
+{{/*
+matchCondition shared by both claim webhooks: claims the resourceclaim controller creates for pods
+from a ResourceClaimTemplate are copies of a template already judged when it was created, so they
+never wait on this webhook (kube-controller-manager's identity with and without
+--use-service-account-credentials).
+*/}}
+{{- define "gpu-dra.notGeneratedClaim" -}}
+- name: not-generated-from-a-template
+  expression: "!(request.userInfo.username in ['system:serviceaccount:kube-system:resource-claim-controller', 'system:kube-controller-manager'])"
+{{- end }}
+
+{{/* What both claim webhook entries share. */}}
+{{- define "gpu-dra.claimWebhook" -}}
+admissionReviewVersions: [v1]
+{{ include "gpu-dra.webhookClientConfig" (dict "root" . "path" "/validate-resource-claim") }}
+rules:
+  - apiGroups: [resource.k8s.io]
+    apiVersions: [v1, v1beta1, v1beta2]
+    # CREATE only: both specs are immutable, so an UPDATE can only touch metadata. Sending
+    # updates would put this webhook in front of the controllers that remove a claim's
+    # finalizer, and a drained node's webhook (failurePolicy Fail) would leave every
+    # deleted claim, and its devices, stuck until it came back.
+    operations: [CREATE]
+    resources: [resourceclaimtemplates, resourceclaims]
+    scope: Namespaced
+# Versions not listed above reach the webhook converted to one that is.
+matchPolicy: Equivalent
+sideEffects: None
+{{ include "gpu-dra.webhookNamespaceSelector" . }}
+{{- end }}
+
+{{/* Tolerations of the plugin (and the cleanup hook, which may have only GPU nodes to run on). */}}
+{{- define "gpu-dra.pluginTolerations" -}}
+{{- with .Values.kubeletPlugin.tolerations }}
+{{ toYaml . }}
+{{- end }}
+{{- if .Values.kubeletPlugin.tolerateDriverTaint }}
+- key: {{ .Values.driverName }}
+  operator: Exists
+  effect: NoSchedule
+{{- end }}
+{{- end }}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/google/renameio/v2"
 )
@@ -93,11 +94,50 @@ func readFile(path string) (source, error) {
 	return source{Path: path, Data: data, Mode: st.Mode().Perm()}, nil
 }
 
-// writeInPlace replaces path atomically, so an interrupted run never leaves half a manifest.
+// writeInPlace replaces the file path names atomically, so an interrupted run never leaves half a
+// manifest. A symbolic link is followed and its target rewritten: replacing the link itself would
+// turn it into a copy and leave the file it points to unconverted. The target keeps its mode and,
+// where the process may set it (root rewriting another user's file), its owner.
 func writeInPlace(path string, data []byte, mode fs.FileMode) error {
-	err := renameio.WriteFile(path, data, mode, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(mode))
+	target, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	st, err := os.Stat(target)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	f, err := renameio.NewPendingFile(target, renameio.WithTempDir(filepath.Dir(target)), renameio.WithStaticPermissions(mode))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer f.Cleanup()
+	if err := keepOwner(f.File, st); err != nil {
+		return fmt.Errorf("write %s: keep owner of %s: %w", path, target, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	return nil
+}
+
+// keepOwner gives the replacement file the owner and group of the one it replaces. Only when
+// they differ from what the new file got: an unprivileged user rewriting their own file never
+// needs (nor may) chown.
+func keepOwner(f *os.File, old fs.FileInfo) error {
+	sys, ok := old.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	cur, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if now, ok := cur.Sys().(*syscall.Stat_t); ok && now.Uid == sys.Uid && now.Gid == sys.Gid {
+		return nil
+	}
+	return f.Chown(int(sys.Uid), int(sys.Gid))
 }

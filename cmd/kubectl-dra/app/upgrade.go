@@ -54,7 +54,7 @@ or v1 when no cluster is reachable. A summary of what changed goes to standard e
 	cmd.Flags().StringSliceVarP(&o.files, "filename", "f", nil, "manifest file, directory, or - for standard input (repeatable)")
 	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false, "process directories named with -f recursively")
 	cmd.Flags().StringVar(&o.to, "to", "", "target version: "+strings.Join(resourceversion.Known, ", ")+" (default: newest the cluster serves, else v1)")
-	cmd.Flags().BoolVarP(&o.inPlace, "in-place", "i", false, "rewrite the files instead of printing to standard output")
+	cmd.Flags().BoolVarP(&o.inPlace, "in-place", "i", false, "rewrite the files instead of printing to standard output (a symbolic link's target, keeping its mode and owner)")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
@@ -98,6 +99,71 @@ func TestUpgradeInPlace(t *testing.T) {
 	again := run(t, "", "upgrade", "-f", dir, "--to", "v1", "--in-place")
 	if again.code != 0 || strings.Contains(again.stderr, "upgraded") {
 		t.Errorf("second run: exit %d\n%s", again.code, again.stderr)
+	}
+}
+
+// TestUpgradeInPlaceSymlink rewrites a manifest reached through a symbolic link, named directly and
+// found in a directory, and the file itself: the link stays a link, the file it points to is
+// converted and keeps its mode and owner.
+func TestUpgradeInPlaceSymlink(t *testing.T) {
+	noCluster(t)
+	for _, tc := range []struct {
+		name string
+		arg  func(dir string) string
+	}{
+		{name: "link named with -f", arg: func(dir string) string { return filepath.Join(dir, "links", "claim.yaml") }},
+		{name: "link in a directory", arg: func(dir string) string { return filepath.Join(dir, "links") }},
+		{name: "the file itself", arg: func(dir string) string { return filepath.Join(dir, "real", "claim.yaml") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, d := range []string{"real", "links"} {
+				if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			target := filepath.Join(dir, "real", "claim.yaml")
+			link := filepath.Join(dir, "links", "claim.yaml")
+			if err := os.WriteFile(target, []byte(readText(t, "testdata/upgrade/claim.yaml")), 0o604); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../real/claim.yaml", link); err != nil {
+				t.Fatal(err)
+			}
+			// Root rewriting another user's file must give it back to that user.
+			owner := os.Getuid()
+			if owner == 0 {
+				owner = 4242
+				if err := os.Chown(target, owner, owner); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			r := run(t, "", "upgrade", "-f", tc.arg(dir), "--to", "v1", "--in-place")
+			if r.code != 0 || !strings.Contains(r.stderr, "upgraded ResourceClaim") {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if dest, err := os.Readlink(link); err != nil || dest != "../real/claim.yaml" {
+				t.Errorf("the link was replaced: readlink = %q, %v", dest, err)
+			}
+			printed := run(t, readText(t, "testdata/upgrade/claim.yaml"), "upgrade", "-f", "-", "--to", "v1")
+			if got := readText(t, target); got != printed.stdout {
+				t.Errorf("target not converted:\n%s\nwant:\n%s", got, printed.stdout)
+			}
+			st, err := os.Stat(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm() != 0o604 {
+				t.Errorf("target mode %v, want 0604 kept", st.Mode().Perm())
+			}
+			if sys := st.Sys().(*syscall.Stat_t); int(sys.Uid) != owner || (os.Getuid() == 0 && int(sys.Gid) != owner) {
+				t.Errorf("target owner %d:%d, want %d kept", sys.Uid, sys.Gid, owner)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(dir, "links")); len(entries) != 1 {
+				t.Errorf("links/ holds %d entries, want only the link (no temporary file left)", len(entries))
+			}
+		})
 	}
 }
 
