@@ -2,6 +2,7 @@ package published
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -105,8 +106,15 @@ func list[T any](inf cache.SharedIndexInformer) []*T {
 	return out
 }
 
-// Published lists the cached objects.
+// ErrNotSynced is what Published returns before the initial lists are in: a DeviceClass missing
+// from a half-filled cache is not missing from the cluster.
+var ErrNotSynced = errors.New("inventory caches not synced yet")
+
+// Published lists the cached objects, or fails with ErrNotSynced until HasSynced.
 func (i *Informers) Published() (*Objects, error) {
+	if !i.HasSynced() {
+		return nil, ErrNotSynced
+	}
 	return &Objects{
 		Slices:  list[resourceapi.ResourceSlice](i.slices),
 		Classes: list[resourceapi.DeviceClass](i.classes),

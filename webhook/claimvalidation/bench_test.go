@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpu-dra/gpu-dra/internal/published"
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
 // benchCluster: nodes × 8 GPUs; every tenth node is of an older generation.
@@ -44,8 +43,8 @@ func benchCluster(b *testing.B, nodes int) *published.Objects {
 // the server receives them, and reports latency percentiles. The objects cycle through the
 // valid corpus (every shape of request) in all three versions.
 func BenchmarkValidate(b *testing.B) {
-	var bodies [][]byte
 	files := []string{"seed-v1beta1", "seed-v1", "first-available", "constraints", "multiple-requests", "all-mode", "opaque-config", "single-claim"}
+	var objs []runtime.Object
 	for _, f := range files {
 		raw, err := os.ReadFile("testdata/valid/" + f + ".yaml")
 		if err != nil {
@@ -55,26 +54,36 @@ func BenchmarkValidate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bodies = append(bodies, reviewBody(b, obj))
+		objs = append(objs, obj)
 	}
 	for _, mode := range []struct {
 		name string
-		opts []feasibility.Option
+		// namespaces the objects come from: verdicts are cached by namespace and spec.
+		namespaces int
 	}{
 		// Repeated specs answered from the verdict cache, as for pods created from one template.
-		{name: "verdict-cache"},
-		// Every question runs the allocator (selector and match caches still on).
-		{name: "no-verdict-cache", opts: []feasibility.Option{feasibility.WithVerdictCacheSize(0)}},
+		{name: "verdict-cache", namespaces: 1},
+		// More distinct questions than the verdict cache holds, asked in turn: every one runs the
+		// allocator (selector and match caches still on).
+		{name: "no-verdict-cache", namespaces: 256},
 	} {
+		var bodies [][]byte
+		for i := range mode.namespaces {
+			for _, obj := range objs {
+				obj = obj.DeepCopyObject()
+				obj.(metav1.Object).SetNamespace(fmt.Sprintf("ns-%d", i))
+				bodies = append(bodies, reviewBody(b, obj))
+			}
+		}
 		for _, nodes := range []int{1, 100, 1000} {
-			benchValidate(b, mode.name, mode.opts, nodes, files, bodies)
+			benchValidate(b, mode.name, nodes, files, bodies)
 		}
 	}
 }
 
-func benchValidate(b *testing.B, mode string, opts []feasibility.Option, nodes int, files []string, bodies [][]byte) {
+func benchValidate(b *testing.B, mode string, nodes int, files []string, bodies [][]byte) {
 	b.Run(fmt.Sprintf("%s/nodes=%d", mode, nodes), func(b *testing.B) {
-		wh := &admission.Webhook{Handler: &Handler{Validator: newValidatorWith(b, benchCluster(b, nodes), opts)}}
+		wh := &admission.Webhook{Handler: &Handler{Validator: newValidator(b, benchCluster(b, nodes))}}
 		serve := func(body []byte) *admissionv1.AdmissionResponse {
 			req := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/validate-resource-claim", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
@@ -94,12 +103,12 @@ func benchValidate(b *testing.B, mode string, opts []feasibility.Option, nodes i
 			}
 		}
 		if os.Getenv("BENCH_DEBUG") != "" {
-			for i, body := range bodies {
+			for i, body := range bodies[:len(files)] {
 				start := time.Now()
 				for range 50 {
 					serve(body)
 				}
-				b.Logf("%s: %v", files[i], time.Since(start)/50)
+				b.Logf("%s: %v", files[i%len(files)], time.Since(start)/50)
 			}
 		}
 		durations := make([]time.Duration, 0, b.N)
@@ -135,7 +144,7 @@ func reviewBody(b *testing.B, obj runtime.Object) []byte {
 			UID:       "bench",
 			Kind:      metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
 			Resource:  metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resourceOf(gvk.Kind)},
-			Namespace: "default",
+			Namespace: obj.(metav1.Object).GetNamespace(),
 			Operation: admissionv1.Create,
 			Object:    runtime.RawExtension{Raw: raw},
 		},

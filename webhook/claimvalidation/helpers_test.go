@@ -24,7 +24,6 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/published"
-	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
 	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
@@ -116,20 +115,15 @@ func loadInventory(t testing.TB) *published.Objects {
 	return st
 }
 
+// newValidator is the validator as gpu-webhook runs it, over lister and the node groups of
+// testdata/node-groups.yaml.
 func newValidator(t testing.TB, lister feasibility.Lister, deny ...Rule) *Validator {
 	t.Helper()
-	return newValidatorWith(t, lister, nil, deny...)
-}
-
-func newValidatorWith(t testing.TB, lister feasibility.Lister, viewOpts []feasibility.Option, deny ...Rule) *Validator {
-	t.Helper()
-	cfg, err := nodegroups.LoadConfig("testdata/inventory-config.yaml")
+	cfg, err := nodegroups.LoadConfig("testdata/node-groups.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker := celcheck.New(driverName, deviceschema.DeviceSchema())
-	view := feasibility.New(lister, checker, viewOpts...)
-	return New(driverName, WithChecker(checker), WithFeasibility(view), WithMaxDevicesPerNode(cfg.MaxDevicesPerNode()), WithDeny(deny...))
+	return New(driverName, cfg, deny, lister)
 }
 
 // review sends obj (any resource.k8s.io version) as an AdmissionReview through the

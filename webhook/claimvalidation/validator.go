@@ -10,65 +10,56 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
-
-// Feasibility is what the validator needs to know about the cluster. An informer-backed
-// feasibility.View implements it, and so does one built from files.
-type Feasibility interface {
-	// DeviceClass returns the named class or nil when it does not exist.
-	DeviceClass(name string) (*resourceapi.DeviceClass, error)
-	// Unsatisfiable explains why no node can satisfy spec right now, or returns "".
-	Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error)
-}
 
 // Validator runs the checks. It is safe for concurrent use.
 type Validator struct {
-	driver      string
-	checker     *celcheck.Checker
-	feasibility Feasibility
-	maxDevices  int
-	deny        map[Rule]bool
+	driver     string
+	checker    *celcheck.Checker
+	view       *feasibility.View
+	maxDevices int
+	deny       map[Rule]bool
 }
 
-// Option configures a Validator.
-type Option func(*Validator)
-
-// WithFeasibility enables the class and feasibility checks.
-func WithFeasibility(f Feasibility) Option { return func(v *Validator) { v.feasibility = f } }
-
-// WithMaxDevicesPerNode enables the "more devices than any node holds" denial.
-func WithMaxDevicesPerNode(n int) Option { return func(v *Validator) { v.maxDevices = n } }
-
-// WithDeny turns the warnings of the given rules into denials.
-func WithDeny(rules ...Rule) Option {
-	return func(v *Validator) {
-		for _, r := range rules {
-			v.deny[r] = true
-		}
+// New returns the validator gpu-webhook and kubectl dra validate both run, so the two cannot
+// drift: selectors are judged against the device schema of driver, counts against the largest
+// node of groups (nil: the defaults), and the findings of the deny rules reject instead of warn.
+// With a published source the DeviceClass and feasibility checks run over what it lists (call
+// Invalidate when that changes); without one they are off.
+func New(driver string, groups *nodegroups.Config, deny []Rule, published feasibility.Lister) *Validator {
+	if groups == nil {
+		groups = &nodegroups.Config{}
 	}
-}
-
-// WithChecker shares a selector analyzer (and its cache), e.g. with an feasibility.View.
-func WithChecker(c *celcheck.Checker) Option { return func(v *Validator) { v.checker = c } }
-
-// New returns a validator for the named driver.
-func New(driver string, opts ...Option) *Validator {
-	v := &Validator{driver: driver, deny: map[Rule]bool{}}
-	for _, o := range opts {
-		o(v)
+	v := &Validator{
+		driver: driver,
+		// One analyzer for the validator and the view, so each selector is analyzed once.
+		checker:    celcheck.New(driver, deviceschema.DeviceSchema()),
+		maxDevices: groups.MaxDevicesPerNode(),
+		deny:       map[Rule]bool{},
 	}
-	if v.checker == nil {
-		v.checker = celcheck.New(driver, deviceschema.DeviceSchema())
+	for _, r := range deny {
+		v.deny[r] = true
+	}
+	if published != nil {
+		v.view = feasibility.New(published, v.checker)
 	}
 	return v
+}
+
+// Invalidate says that what the published source lists has changed; the next check reads it again.
+func (v *Validator) Invalidate() {
+	if v.view != nil {
+		v.view.Invalidate()
+	}
 }
 
 // Result is the verdict: any Denied entry rejects the object; Warnings are shown to the user.
@@ -127,9 +118,9 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 	ourRequests := map[string]bool{}
 	for _, r := range requests(obj) {
 		var class *resourceapi.DeviceClass
-		classKnown := v.feasibility != nil
+		classKnown := v.view != nil
 		if classKnown {
-			c, err := v.feasibility.DeviceClass(r.class)
+			c, err := v.view.DeviceClass(r.class)
 			if err != nil {
 				// Without the class only the selectors can say whether the request is ours.
 				logger.Info("DeviceClass lookup failed; judging by the selectors only", "deviceClass", r.class, "err", err)
@@ -187,8 +178,8 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 	if !judged {
 		return res
 	}
-	if len(res.Denied) == 0 && !classMissing && !inventoryDown && v.feasibility != nil {
-		msg, err := v.feasibility.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
+	if len(res.Denied) == 0 && !classMissing && !inventoryDown && v.view != nil {
+		msg, err := v.view.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
 		switch {
 		case err != nil:
 			logger.Error(err, "Feasibility check failed; admitting without it")
@@ -218,18 +209,6 @@ func (v *Validator) classIsOurs(class *resourceapi.DeviceClass) bool {
 		}
 	}
 	return false
-}
-
-// ValidateManifest decodes one ResourceClaim or ResourceClaimTemplate of any resource.k8s.io
-// version (YAML or JSON), applies the API server's defaults and validates it: the entry point
-// of `kubectl dra validate`, which builds the Validator over an feasibility.View of an
-// published.Objects (offline) or of informers (live).
-func (v *Validator) ValidateManifest(ctx context.Context, raw []byte) (*resourceversion.Object, Result, error) {
-	obj, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
-	if err != nil {
-		return nil, Result{}, err
-	}
-	return obj, v.Validate(ctx, obj), nil
 }
 
 // ownPart is the claim restricted to this driver's requests, so that a feasibility warning can

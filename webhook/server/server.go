@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,20 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpu-dra/gpu-dra/certs"
-	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/published"
-	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
-
-// Webhook is one more handler served by the same server, e.g. the pod mutator on /mutate-pod.
-type Webhook struct {
-	Path    string
-	Handler http.Handler
-}
 
 // NewManager creates the manager with the webhook server, probes and metrics configured from o.
 // controller-runtime's webhook server watches CertDir and serves renewed certificates without a
@@ -63,14 +53,14 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 	return mgr, nil
 }
 
-// Setup registers the claim validation, the pod injection and any extra webhooks on mgr, plus the informers that
-// feed the inventory view and the probes that report them.
+// Setup registers the claim validation and the pod injection on mgr, plus the informers that
+// feed the validator's view of the published devices and the probes that report them.
 //
 // RBAC the service account needs:
 //   - resource.k8s.io resourceslices, deviceclasses: list, watch (every served version)
 //   - "" nodes: list, watch
 //   - resource.k8s.io resourceclaimtemplates: get, create (managed templates of annotated pods)
-func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
+func Setup(mgr manager.Manager, o *Options) error {
 	invCfg, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
 		return fmt.Errorf("--node-groups: %w", err)
@@ -79,10 +69,9 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 	if err != nil {
 		return fmt.Errorf("create clientset: %w", err)
 	}
-	checker := celcheck.New(o.DriverName, deviceschema.DeviceSchema())
-	var view *feasibility.View
-	informers := published.NewInformers(cs, o.Resync, func() { view.Invalidate() })
-	view = feasibility.New(informers, checker)
+	var validator *claimvalidation.Validator
+	informers := published.NewInformers(cs, o.Resync, func() { validator.Invalidate() })
+	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		informers.Start(ctx)
 		<-ctx.Done()
@@ -91,12 +80,6 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 		return fmt.Errorf("add informers: %w", err)
 	}
 
-	validator := claimvalidation.New(o.DriverName,
-		claimvalidation.WithChecker(checker),
-		claimvalidation.WithFeasibility(syncedFeasibility{view: view, synced: informers.HasSynced}),
-		claimvalidation.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
-		claimvalidation.WithDeny(o.Deny...),
-	)
 	injector, err := podinject.NewHandler(podinject.NewAPIClient(cs),
 		podinject.WithDriverName(o.DriverName),
 		podinject.WithDeviceClassName(o.DriverName),
@@ -109,9 +92,6 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 	srv := mgr.GetWebhookServer()
 	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
 	srv.Register(podinject.Path, injector)
-	for _, w := range extra {
-		srv.Register(w.Path, w.Handler)
-	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add healthz: %w", err)
@@ -128,26 +108,4 @@ func Setup(mgr manager.Manager, o *Options, extra ...Webhook) error {
 		return fmt.Errorf("add readyz: %w", err)
 	}
 	return nil
-}
-
-// errNotSynced keeps the validator from calling classes "missing" before the cache is filled.
-var errNotSynced = errors.New("inventory caches not synced yet")
-
-type syncedFeasibility struct {
-	view   *feasibility.View
-	synced func() bool
-}
-
-func (s syncedFeasibility) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
-	if !s.synced() {
-		return nil, errNotSynced
-	}
-	return s.view.DeviceClass(name)
-}
-
-func (s syncedFeasibility) Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error) {
-	if !s.synced() {
-		return "", errNotSynced
-	}
-	return s.view.Unsatisfiable(ctx, namespace, spec)
 }

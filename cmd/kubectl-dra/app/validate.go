@@ -14,12 +14,10 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
-	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
@@ -155,7 +153,11 @@ func (o *validateOptions) run(ctx context.Context) error {
 		}
 	}
 
-	validator := newValidator(o.driverName, cfg.MaxDevicesPerNode(), deny, inv)
+	var source feasibility.Lister // a nil *published.Objects would not be a nil Lister
+	if inv != nil {
+		source = inv
+	}
+	validator := claimvalidation.New(o.driverName, cfg, deny, source)
 
 	rep := report{Inventory: where, Allowed: true, Objects: []verdict{}}
 	failed := false
@@ -199,23 +201,6 @@ func (o *validateOptions) run(ctx context.Context) error {
 		return exit(ExitDenied, "%d of %d object(s) would be denied", denied, len(rep.Objects))
 	}
 	return nil
-}
-
-// newValidator wires the webhook's validator as gpu-webhook does (webhook/server.Setup), over a
-// fixed inventory instead of informers; without an inventory the class and feasibility checks
-// are off.
-func newValidator(driver string, maxDevices int, deny []claimvalidation.Rule, inv *published.Objects) *claimvalidation.Validator {
-	checker := celcheck.New(driver, deviceschema.DeviceSchema())
-	opts := []claimvalidation.Option{
-		claimvalidation.WithChecker(checker),
-		claimvalidation.WithMaxDevicesPerNode(maxDevices),
-		claimvalidation.WithDeny(deny...),
-	}
-	if inv != nil {
-		view := feasibility.New(inv, checker)
-		opts = append(opts, claimvalidation.WithFeasibility(view))
-	}
-	return claimvalidation.New(driver, opts...)
 }
 
 // loadInventory returns the inventory and a description of where it came from; nil when there

@@ -289,7 +289,7 @@ func TestValidateMatchesAdmission(t *testing.T) {
 				t.Fatal(err)
 			}
 			caseInv.Classes = append(append([]*resourceapi.DeviceClass{}, inv.Classes...), extra.Classes...)
-			h := &claimvalidation.Handler{Validator: newValidator("gpu.example.com", 8, deny, &caseInv)}
+			h := &claimvalidation.Handler{Validator: claimvalidation.New("gpu.example.com", nil, deny, &caseInv)}
 			i := 0
 			for _, d := range manifest.Documents(data) {
 				if d.GVK.Group != resourceversion.Group || (d.GVK.Kind != resourceversion.KindClaim && d.GVK.Kind != resourceversion.KindTemplate) {
