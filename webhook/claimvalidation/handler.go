@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -27,7 +26,9 @@ var _ admission.Handler = &Handler{}
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	logger := klog.FromContext(ctx).WithValues("kind", req.Kind.Kind, "version", req.Kind.Version, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
 	ctx = klog.NewContext(ctx, logger)
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+	// The chart registers CREATE only: claim and template specs are immutable, and judging
+	// updates would block removing the finalizers of old objects.
+	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
 	}
 	gvk := schema.GroupVersionKind(req.Kind)
@@ -37,14 +38,6 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	obj, err := resourceversion.Decode(req.Object.Raw, gvk)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err))
-	}
-	if req.Operation == admissionv1.Update {
-		// Claim and template specs are immutable; an update touches metadata or is rejected by
-		// the server anyway. Judging it again would block removing finalizers of old objects.
-		if old, err := resourceversion.Decode(req.OldObject.Raw, gvk); err == nil && equality.Semantic.DeepEqual(old.Spec(), obj.Spec()) {
-			verdicts.WithLabelValues("skipped", gvk.Version).Inc()
-			return admission.Allowed("spec unchanged")
-		}
 	}
 	res := h.Validator.Validate(ctx, obj)
 	if len(res.Denied) > 0 {

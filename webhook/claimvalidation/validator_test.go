@@ -248,7 +248,9 @@ func TestUnsatisfiableOnEmptyCluster(t *testing.T) {
 	}
 }
 
-func TestUpdateWithUnchangedSpecIsNotJudged(t *testing.T) {
+// TestOnlyCreateIsJudged: an object the webhook denies on CREATE passes any other operation
+// untouched, as the chart registers CREATE only.
+func TestOnlyCreateIsJudged(t *testing.T) {
 	h := &Handler{Validator: newValidator(t, loadInventory(t), Rules...)}
 	raw, err := os.ReadFile("testdata/valid/seed-v1beta1.yaml")
 	if err != nil {
@@ -258,11 +260,14 @@ func TestUpdateWithUnchangedSpecIsNotJudged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp := review(t, h, obj, admissionv1.Update); !resp.Allowed || len(resp.Warnings) > 0 {
-		t.Fatalf("update with unchanged spec: allowed=%t warnings=%q", resp.Allowed, resp.Warnings)
-	}
 	if resp := review(t, h, obj, admissionv1.Create); resp.Allowed {
 		t.Fatalf("create of a v1beta1 object with --deny=deprecated-version was allowed")
+	}
+	for _, op := range []admissionv1.Operation{admissionv1.Update, admissionv1.Delete, admissionv1.Connect} {
+		resp := review(t, h, obj, op)
+		if !resp.Allowed || len(resp.Warnings) > 0 || len(resp.Patch) > 0 || (resp.Result != nil && resp.Result.Message != "") {
+			t.Errorf("%s: allowed=%t warnings=%q result=%+v, want allowed untouched", op, resp.Allowed, resp.Warnings, resp.Result)
+		}
 	}
 }
 

@@ -46,7 +46,7 @@ func validatingConfig() *admissionregistrationv1.ValidatingWebhookConfiguration 
 				Path: ptr.To(strings.TrimPrefix(ValidateClaimPath, "/")),
 			}},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 				Rule: admissionregistrationv1.Rule{
 					APIGroups:   []string{"resource.k8s.io"},
 					APIVersions: []string{"v1", "v1beta2", "v1beta1"},
