@@ -18,8 +18,18 @@ const (
 	RuleDeprecatedVersion Rule = "deprecated-version"
 )
 
-// Rules lists every switchable rule.
+// Rules lists every switchable rule: the one list the flags, their help texts and the chart's
+// values (schema enum and comment, checked by charts/charttest) follow.
 var Rules = []Rule{RuleMissingClass, RuleUnsatisfiable, RuleDeprecatedVersion}
+
+// RuleNames returns the names of Rules, in their order.
+func RuleNames() []string {
+	names := make([]string, 0, len(Rules))
+	for _, r := range Rules {
+		names = append(names, string(r))
+	}
+	return names
+}
 
 // ParseRules reads a comma-separated list such as "missing-class,unsatisfiable".
 func ParseRules(list string) ([]Rule, error) {
@@ -37,10 +47,7 @@ func ParseRules(list string) ([]Rule, error) {
 			}
 		}
 		if !known {
-			names := make([]string, 0, len(Rules))
-			for _, r := range Rules {
-				names = append(names, string(r))
-			}
+			names := RuleNames()
 			sort.Strings(names)
 			return nil, fmt.Errorf("unknown rule %q; use one or more of %s", s, strings.Join(names, ", "))
 		}

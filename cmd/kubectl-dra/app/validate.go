@@ -66,7 +66,7 @@ Exit status: 0 admitted (warnings may be printed), 2 when the webhook would deny
 	cmd.Flags().StringVar(&o.inventoryFile, "inventory", "", "ResourceSlices and DeviceClasses (YAML) to validate against instead of a cluster")
 	cmd.Flags().StringVar(&o.inventoryConfig, "inventory-config", "", "the webhook's node-group inventory file, for the most devices a node holds (default: 8 per node)")
 	cmd.Flags().StringVar(&o.driverName, "driver-name", o.driverName, "DRA driver name; also the attribute domain")
-	cmd.Flags().StringSliceVar(&o.deny, "deny", nil, "rules that deny instead of warn, as the webhook's --deny: "+ruleNames())
+	cmd.Flags().StringSliceVar(&o.deny, "deny", nil, "rules that deny instead of warn, as the webhook's --deny: "+strings.Join(claimvalidation.RuleNames(), ", "))
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json (default: text)")
 	return cmd
 }
@@ -82,14 +82,6 @@ func servedList(served map[string]bool) string {
 		return "no resource.k8s.io version"
 	}
 	return strings.Join(out, ", ")
-}
-
-func ruleNames() string {
-	names := make([]string, 0, len(claimvalidation.Rules))
-	for _, r := range claimvalidation.Rules {
-		names = append(names, string(r))
-	}
-	return strings.Join(names, ", ")
 }
 
 // verdict is the outcome for one object; it is also the JSON output.
