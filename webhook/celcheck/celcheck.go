@@ -20,34 +20,19 @@ import (
 // Checker analyzes selector expressions for one driver. It is safe for concurrent use; analyses
 // are cached by expression because the same few selectors arrive over and over.
 type Checker struct {
-	driver    string
-	schema    deviceschema.Schema
-	costLimit uint64
-	compile   func(expr string) dracel.CompilationResult
-	cache     *lru.Cache
-	mu        sync.Mutex
+	driver  string
+	schema  deviceschema.Schema
+	compile func(expr string) dracel.CompilationResult
+	cache   *lru.Cache
+	mu      sync.Mutex
 }
 
-// Option configures a Checker.
-type Option func(*Checker)
-
-// WithCostLimit overrides the estimated-cost limit (default: the API server's
-// CELSelectorExpressionMaxCost).
-func WithCostLimit(limit uint64) Option { return func(c *Checker) { c.costLimit = limit } }
-
-// WithCacheSize bounds the number of cached analyses (default 4096).
-func WithCacheSize(n int) Option { return func(c *Checker) { c.cache = lru.New(n) } }
-
 // New returns a Checker for the driver whose attribute domain is driver and whose devices publish schema.
-func New(driver string, schema deviceschema.Schema, opts ...Option) *Checker {
+func New(driver string, schema deviceschema.Schema) *Checker {
 	c := &Checker{
-		driver:    driver,
-		schema:    schema,
-		costLimit: resourceapi.CELSelectorExpressionMaxCost,
-		cache:     lru.New(4096),
-	}
-	for _, o := range opts {
-		o(c)
+		driver: driver,
+		schema: schema,
+		cache:  lru.New(4096),
 	}
 	// StoredExpressions accepts everything any supported server accepts; the server itself still
 	// rejects what its own feature gates do not allow, so this never denies a valid selector.
@@ -107,8 +92,9 @@ func (c *Checker) analyze(expr string) *Analysis {
 	if res.Error != nil {
 		return &Analysis{CompileError: compileMessage(res.Error)}
 	}
-	if res.MaxCost > c.costLimit {
-		return &Analysis{CompileError: fmt.Sprintf("estimated cost %d exceeds the limit %d; simplify the expression (fewer nested loops and string operations)", res.MaxCost, c.costLimit)}
+	// The API server's own limit: a selector it would store must not be refused here.
+	if limit := uint64(resourceapi.CELSelectorExpressionMaxCost); res.MaxCost > limit {
+		return &Analysis{CompileError: fmt.Sprintf("estimated cost %d exceeds the limit %d; simplify the expression (fewer nested loops and string operations)", res.MaxCost, limit)}
 	}
 	// The DRA compiler does not hand out its checked AST; compiling again in the same environment
 	// is cheap next to the cached result and gives the type map the analysis needs.
@@ -167,5 +153,3 @@ func (c *Checker) unknownRef(r Ref) string {
 	}
 	return msg
 }
-
-func inventoryName(name string) resourceapi.QualifiedName { return resourceapi.QualifiedName(name) }

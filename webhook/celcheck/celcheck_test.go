@@ -14,7 +14,6 @@ import (
 type analyzeCase struct {
 	Name           string   `json:"name"`
 	Expr           string   `json:"expr"`
-	CostLimit      uint64   `json:"costLimit"`
 	CompileError   string   `json:"compileError"`
 	Issues         []string `json:"issues"`
 	MentionsDriver bool     `json:"mentionsDriver"`
@@ -51,11 +50,7 @@ func refStrings(refs []Ref) []string {
 func TestAnalyze(t *testing.T) {
 	for _, tc := range loadCases(t) {
 		t.Run(tc.Name, func(t *testing.T) {
-			var opts []Option
-			if tc.CostLimit > 0 {
-				opts = append(opts, WithCostLimit(tc.CostLimit))
-			}
-			c := New("gpu.example.com", deviceschema.DeviceSchema(), opts...)
+			c := New("gpu.example.com", deviceschema.DeviceSchema())
 			a := c.Analyze(tc.Expr)
 			if tc.CompileError != "" {
 				if !strings.Contains(a.CompileError, tc.CompileError) {

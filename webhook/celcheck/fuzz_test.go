@@ -9,7 +9,7 @@ import (
 // FuzzAnalyze: any expression compiles or fails with a message; nothing panics. Seeds:
 // testdata/fuzz/FuzzAnalyze.
 func FuzzAnalyze(f *testing.F) {
-	c := New("gpu.example.com", deviceschema.DeviceSchema(), WithCacheSize(16))
+	c := New("gpu.example.com", deviceschema.DeviceSchema())
 	f.Fuzz(func(t *testing.T, expr string) {
 		a := c.Analyze(expr)
 		if a.CompileError == "" && a.Issues == nil && len(expr) == 0 {

@@ -5,6 +5,7 @@ import (
 
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
@@ -264,7 +265,7 @@ func (w *walker) attrSpec(r Ref) (deviceschema.AttributeSpec, bool) {
 	if r.Capacity || r.Domain != w.c.driver {
 		return deviceschema.AttributeSpec{}, false
 	}
-	return w.c.schema.Attribute(inventoryName(r.Name))
+	return w.c.schema.Attribute(resourceapi.QualifiedName(r.Name))
 }
 
 func (w *walker) checkComparison(r Ref, self, other celast.Expr) {

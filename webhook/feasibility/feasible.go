@@ -40,26 +40,21 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 		return "", nil
 	}
 	var verdictKey string
-	if v.verdictCacheSize > 0 {
-		if data, err := json.Marshal(spec); err == nil {
-			verdictKey = namespace + "\x00" + string(data)
-			s.projMu.Lock()
-			msg, ok := s.verdicts[verdictKey]
-			s.projMu.Unlock()
-			if ok {
-				return msg, nil
-			}
+	if data, err := json.Marshal(spec); err == nil {
+		verdictKey = namespace + "\x00" + string(data)
+		s.projMu.Lock()
+		msg, ok := s.verdicts[verdictKey]
+		s.projMu.Unlock()
+		if ok {
+			return msg, nil
 		}
 	}
-	if v.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, v.timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, v.timeout)
+	defer cancel()
 	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec)
 	if verdictKey != "" && cacheable {
 		s.projMu.Lock()
-		if len(s.verdicts) >= v.verdictCacheSize {
+		if len(s.verdicts) >= verdictCacheSize {
 			s.verdicts = map[string]string{}
 		}
 		s.verdicts[verdictKey] = msg

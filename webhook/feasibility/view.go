@@ -36,8 +36,8 @@ type View struct {
 	celCache *dracel.Cache
 	features structured.Features
 
-	verdictCacheSize int
-	timeout          time.Duration
+	// timeout is searchTimeout; tests on a loaded machine lengthen it.
+	timeout time.Duration
 
 	generation atomic.Uint64
 	mu         sync.Mutex
@@ -49,22 +49,20 @@ type View struct {
 	matches map[string]bool
 }
 
-// Option configures a View.
-type Option func(*View)
-
-// WithVerdictCacheSize bounds the verdicts remembered per inventory state (default 1024; 0
-// disables). Every pod created from a template brings a claim with the same spec, so most
-// questions repeat until the inventory changes.
-func WithVerdictCacheSize(n int) Option { return func(v *View) { v.verdictCacheSize = n } }
-
-// WithTimeout bounds the allocator's search per question (default 250ms). The search is
-// exhaustive and can be exponential in the number of requests; the scheduler bounds it the same
-// way. A question that runs out of time is answered "unknown", never with a warning.
-func WithTimeout(d time.Duration) Option { return func(v *View) { v.timeout = d } }
+const (
+	// verdictCacheSize bounds the verdicts remembered per published state. Every pod created from
+	// a template brings a claim with the same spec, so most questions repeat until the published
+	// objects change.
+	verdictCacheSize = 1024
+	// searchTimeout bounds the allocator's search per question. The search is exhaustive and can
+	// be exponential in the number of requests; the scheduler bounds it the same way. A question
+	// that runs out of time is answered "unknown", never with a warning.
+	searchTimeout = 250 * time.Millisecond
+)
 
 // New returns a view over lister; checker (shared with the validator, so selectors are analyzed
 // once) tells which attributes selectors read.
-func New(lister Lister, checker *celcheck.Checker, opts ...Option) *View {
+func New(lister Lister, checker *celcheck.Checker) *View {
 	v := &View{
 		lister:   lister,
 		checker:  checker,
@@ -72,12 +70,7 @@ func New(lister Lister, checker *celcheck.Checker, opts ...Option) *View {
 		// The feature set of the stable allocator, which the scheduler uses by default.
 		features: structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true},
 		matches:  map[string]bool{},
-
-		verdictCacheSize: 1024,
-		timeout:          250 * time.Millisecond,
-	}
-	for _, o := range opts {
-		o(v)
+		timeout:  searchTimeout,
 	}
 	v.generation.Store(1)
 	return v

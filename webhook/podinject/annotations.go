@@ -147,7 +147,7 @@ func (o options) chosenContainers(pod *podView) ([]int, field.ErrorList) {
 // "memroy" would otherwise silently give the pod GPUs of any size.
 func (o options) unknownAnnotations(annotations map[string]string) []string {
 	var warnings []string
-	prefix := o.annotationPrefix + "/"
+	prefix := o.driverName + "/"
 	for key := range annotations {
 		suffix, ok := strings.CutPrefix(key, prefix)
 		if !ok {

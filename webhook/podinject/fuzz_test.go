@@ -43,7 +43,7 @@ func FuzzParseAnnotations(f *testing.F) {
 		errs = append(errs, cerrs...)
 		if len(errs) > 0 {
 			for _, e := range errs {
-				if !strings.HasPrefix(e.Field, "metadata.annotations["+o.annotationPrefix+"/") {
+				if !strings.HasPrefix(e.Field, "metadata.annotations["+o.driverName+"/") {
 					t.Errorf("error on field %q, want an annotation", e.Field)
 				}
 				if len(e.Error()) > 1024 {
@@ -91,7 +91,7 @@ func FuzzParseAnnotations(f *testing.F) {
 // Seeds: testdata/fuzz/FuzzHandle. Run: go test -fuzz=FuzzHandle ./webhook/podinject
 func FuzzHandle(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"namespace":"ns","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`))
-	h, err := NewHandler(&fakeClient{}, WithCacheTTL(0))
+	h, err := NewHandler(&fakeClient{})
 	if err != nil {
 		f.Fatal(err)
 	}

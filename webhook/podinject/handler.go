@@ -45,9 +45,9 @@ func NewHandler(client TemplateClient, opts ...Option) (*Handler, error) {
 	return &Handler{
 		opts:      o,
 		client:    client,
-		ensured:   newTTLCache[struct{}](o.cacheTTL),
-		verdicts:  newTTLCache[[]string](o.cacheTTL),
-		templates: newTTLCache[*resourceapi.ResourceClaimTemplate](o.cacheTTL),
+		ensured:   newTTLCache[struct{}](cacheTTL),
+		verdicts:  newTTLCache[[]string](cacheTTL),
+		templates: newTTLCache[*resourceapi.ResourceClaimTemplate](cacheTTL),
 	}, nil
 }
 

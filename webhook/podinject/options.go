@@ -23,13 +23,11 @@ const (
 	ManagedBy = "gpu-dra"
 	// ManagedByLabel marks templates the webhook created, so cleanup and humans can find them.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
-	// DefaultDriverName is the seed's driver name: annotation prefix, attribute domain and
-	// DeviceClass name all at once.
-	DefaultDriverName = "gpu.example.com"
-	// DefaultCacheTTL is how long an ensured template is trusted to exist before the API server is
-	// asked again; it bounds how long a deleted template stays missing.
-	DefaultCacheTTL = time.Minute
 )
+
+// cacheTTL is how long an ensured template is trusted to exist before the API server is asked
+// again; it bounds how long a deleted template stays missing.
+const cacheTTL = time.Minute
 
 // Annotation suffixes under the annotation prefix ("gpu.example.com/count" ...).
 const (
@@ -40,29 +38,18 @@ const (
 )
 
 type options struct {
-	driverName       string
-	annotationPrefix string
-	deviceClassName  string
-	maxPerNode       int
-	validator        Validator
-	cacheTTL         time.Duration
+	driverName string
+	maxPerNode int
+	validator  Validator
 }
 
 // Option configures a Handler.
 type Option func(*options)
 
-// WithDriverName sets the driver whose devices are requested: the attribute and capacity domain
-// the selectors name, and the default annotation prefix and DeviceClass name.
+// WithDriverName sets the driver whose devices are requested (default
+// deviceschema.DefaultDriverName): the attribute and capacity domain the selectors name, the
+// prefix of the pod annotations (<driver>/count, ...) and the DeviceClass the chart creates.
 func WithDriverName(name string) Option { return func(o *options) { o.driverName = name } }
-
-// WithAnnotationPrefix sets the prefix of the pod annotations (<prefix>/count, ...); default the
-// driver name.
-func WithAnnotationPrefix(prefix string) Option {
-	return func(o *options) { o.annotationPrefix = prefix }
-}
-
-// WithDeviceClassName sets the DeviceClass of the injected request; default the driver name.
-func WithDeviceClassName(name string) Option { return func(o *options) { o.deviceClassName = name } }
 
 // WithMaxDevicesPerNode sets the most GPUs one pod may ask for, normally
 // nodegroups.Config.MaxDevicesPerNode(): a pod asking for more could never be scheduled.
@@ -72,35 +59,17 @@ func WithMaxDevicesPerNode(n int) Option { return func(o *options) { o.maxPerNod
 // would create, so an injected request can never be one the validating webhook rejects.
 func WithValidator(v Validator) Option { return func(o *options) { o.validator = v } }
 
-// WithCacheTTL sets how long ensured templates and validator verdicts are remembered; 0 turns the
-// cache off (every pod asks the API server).
-func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }
-
 func newOptions(opts []Option) (options, error) {
-	o := options{driverName: DefaultDriverName, maxPerNode: deviceschema.DefaultCount, cacheTTL: DefaultCacheTTL}
+	o := options{driverName: deviceschema.DefaultDriverName, maxPerNode: deviceschema.DefaultCount}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.annotationPrefix == "" {
-		o.annotationPrefix = o.driverName
-	}
-	if o.deviceClassName == "" {
-		o.deviceClassName = o.driverName
-	}
+	// A DNS subdomain is also a valid annotation prefix and DeviceClass name.
 	if errs := validation.IsDNS1123Subdomain(o.driverName); len(errs) > 0 {
 		return o, fmt.Errorf("driver name %q: %v", o.driverName, errs)
 	}
-	if errs := validation.IsQualifiedName(o.annotationPrefix + "/" + annContainers); len(errs) > 0 {
-		return o, fmt.Errorf("annotation prefix %q: %v", o.annotationPrefix, errs)
-	}
-	if errs := validation.IsDNS1123Subdomain(o.deviceClassName); len(errs) > 0 {
-		return o, fmt.Errorf("DeviceClass name %q: %v", o.deviceClassName, errs)
-	}
 	if o.maxPerNode < 1 {
 		return o, fmt.Errorf("max devices per node %d: must be at least 1 (check the inventory config)", o.maxPerNode)
-	}
-	if o.cacheTTL < 0 {
-		return o, fmt.Errorf("cache TTL %v: must not be negative", o.cacheTTL)
 	}
 	return o, nil
 }
@@ -111,4 +80,4 @@ func (o options) countLimit() int {
 	return min(o.maxPerNode, resourceapi.AllocationResultsMaxSize)
 }
 
-func (o options) annotation(suffix string) string { return o.annotationPrefix + "/" + suffix }
+func (o options) annotation(suffix string) string { return o.driverName + "/" + suffix }

@@ -39,7 +39,7 @@ func (o options) template(namespace string, req Request) (*resourceapi.ResourceC
 				Requests: []resourceapi.DeviceRequest{{
 					Name: RequestName,
 					Exactly: &resourceapi.ExactDeviceRequest{
-						DeviceClassName: o.deviceClassName,
+						DeviceClassName: o.driverName,
 						Selectors:       selectors,
 						AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 						Count:           int64(req.Count),

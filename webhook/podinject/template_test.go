@@ -100,8 +100,8 @@ func checkTemplateShape(t *testing.T, o options, tmpl *resourceapi.ResourceClaim
 		t.Fatalf("requests %+v, want one exactly request %q", reqs, RequestName)
 	}
 	ex := reqs[0].Exactly
-	if ex.DeviceClassName != o.deviceClassName || ex.AllocationMode != resourceapi.DeviceAllocationModeExactCount || ex.Count != int64(req.Count) {
-		t.Errorf("request %+v, want class %s, ExactCount %d", ex, o.deviceClassName, req.Count)
+	if ex.DeviceClassName != o.driverName || ex.AllocationMode != resourceapi.DeviceAllocationModeExactCount || ex.Count != int64(req.Count) {
+		t.Errorf("request %+v, want class %s, ExactCount %d", ex, o.driverName, req.Count)
 	}
 }
 
@@ -120,13 +120,13 @@ func TestTemplateNames(t *testing.T) {
 	if got := name(o, Request{Count: 2, Model: "X", Memory: q("40960Mi")}); got != base {
 		t.Errorf("40960Mi and 40Gi are the same request but got names %s and %s", got, base)
 	}
-	other, _ := newOptions([]Option{WithDeviceClassName("big-gpus")})
+	other, _ := newOptions([]Option{WithDriverName("gpu.acme.io")})
 	for what, n := range map[string]string{
 		"count":  name(o, Request{Count: 3, Model: "X", Memory: q("40Gi")}),
 		"model":  name(o, Request{Count: 2, Model: "Y", Memory: q("40Gi")}),
 		"memory": name(o, Request{Count: 2, Model: "X", Memory: q("41Gi")}),
 		"none":   name(o, Request{Count: 2}),
-		"class":  name(other, Request{Count: 2, Model: "X", Memory: q("40Gi")}),
+		"driver": name(other, Request{Count: 2, Model: "X", Memory: q("40Gi")}),
 	} {
 		if n == base {
 			t.Errorf("a different %s must give a different template, both are %s", what, n)

@@ -82,7 +82,6 @@ func Setup(mgr manager.Manager, o *Options) error {
 
 	injector, err := podinject.NewHandler(podinject.NewAPIClient(cs),
 		podinject.WithDriverName(o.DriverName),
-		podinject.WithDeviceClassName(o.DriverName),
 		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
 		podinject.WithValidator(validator),
 	)
