@@ -44,9 +44,6 @@ func New(driver string, schema deviceschema.Schema) *Checker {
 	return c
 }
 
-// Driver is the attribute domain the checker judges.
-func (c *Checker) Driver() string { return c.driver }
-
 // Ref names one attribute or capacity a selector reads, fully qualified (domain/name).
 type Ref struct {
 	Capacity bool

@@ -31,14 +31,6 @@ type Validator interface {
 	ValidateTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) (warnings []string, err error)
 }
 
-// ValidatorFunc lets a plain function be a Validator.
-type ValidatorFunc func(ctx context.Context, template *resourceapi.ResourceClaimTemplate) ([]string, error)
-
-// ValidateTemplate calls f.
-func (f ValidatorFunc) ValidateTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) ([]string, error) {
-	return f(ctx, template)
-}
-
 // APIClient writes templates through the API server, in the newest resource.k8s.io version it
 // serves: the DRA client tries v1 first and falls back to v1beta2 and v1beta1, converting, so a
 // 1.32 cluster gets v1beta1 objects and a cluster upgraded to 1.34 gets v1 ones from then on.

@@ -391,7 +391,7 @@ func TestHandleValidator(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			client := &fakeClient{}
-			h, err := NewHandler(client, WithValidator(ValidatorFunc(tc.validator.ValidateTemplate)))
+			h, err := NewHandler(client, WithValidator(tc.validator))
 			if err != nil {
 				t.Fatal(err)
 			}
