@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/published"
@@ -35,7 +36,7 @@ type validateOptions struct {
 }
 
 func newValidateCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
-	o := &validateOptions{streams: streams, flags: flags, driverName: "gpu.example.com"}
+	o := &validateOptions{streams: streams, flags: flags, driverName: deviceschema.DefaultDriverName}
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE|DIR|- [--inventory slices.yaml] [-o json]",
 		Short: "Run the gpu-dra admission checks on ResourceClaimTemplates and ResourceClaims",
