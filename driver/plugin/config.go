@@ -34,10 +34,10 @@ func allocationConfigs(driverName string, allocation *resourceapi.AllocationResu
 			continue
 		}
 		path := base.Index(i).Child("opaque", "parameters")
-		cfg, err := v1alpha1.Decode(c.Opaque.Parameters.Raw, path)
-		if err != nil {
+		cfg, cerrs := v1alpha1.Decode(c.Opaque.Parameters.Raw, path)
+		if len(cerrs) > 0 {
 			// Decode names the field (e.g. ...parameters.sharing.strategy) and the allowed values.
-			errs = append(errs, err)
+			errs = append(errs, cerrs.ToAggregate())
 			continue
 		}
 		dc := decodedConfig{requests: c.Requests, config: cfg}

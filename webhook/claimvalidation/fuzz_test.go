@@ -36,9 +36,14 @@ func FuzzDecodeValidate(f *testing.F) {
 		timer := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("SLOW INPUT %q kind %d", raw, kind)) })
 		res := v.Validate(context.Background(), obj)
 		timer.Stop()
-		for _, m := range append(res.Denied, res.Warnings...) {
+		for _, m := range append(res.ErrorMessages(), res.WarningMessages()...) {
 			if m == "" {
 				t.Fatalf("empty message in %+v", res)
+			}
+		}
+		for _, e := range append(res.Errors, res.Warnings...) {
+			if e.Detail == "" {
+				t.Fatalf("finding without a detail in %+v", res)
 			}
 		}
 	})

@@ -40,21 +40,23 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err))
 	}
 	res := h.Validator.Validate(ctx, obj)
-	if len(res.Denied) > 0 {
-		logger.V(2).Info("Denied", "reasons", res.Denied)
+	warnings := res.WarningMessages()
+	if len(res.Errors) > 0 {
+		denied := res.ErrorMessages()
+		logger.V(2).Info("Denied", "reasons", denied)
 		verdicts.WithLabelValues("denied", gvk.Version).Inc()
 		name := req.Name
 		if name == "" {
 			// generateName objects have no name yet; claims made from templates are such.
 			name = obj.GenerateName() + "*"
 		}
-		return admission.Denied(fmt.Sprintf("%s %q is invalid: %s", gvk.Kind, name, strings.Join(res.Denied, "; "))).WithWarnings(res.Warnings...)
+		return admission.Denied(fmt.Sprintf("%s %q is invalid: %s", gvk.Kind, name, strings.Join(denied, "; "))).WithWarnings(warnings...)
 	}
-	if len(res.Warnings) > 0 {
-		logger.V(2).Info("Admitted with warnings", "warnings", res.Warnings)
+	if len(warnings) > 0 {
+		logger.V(2).Info("Admitted with warnings", "warnings", warnings)
 		verdicts.WithLabelValues("warned", gvk.Version).Inc()
 	} else {
 		verdicts.WithLabelValues("allowed", gvk.Version).Inc()
 	}
-	return admission.Allowed("").WithWarnings(res.Warnings...)
+	return admission.Allowed("").WithWarnings(warnings...)
 }

@@ -62,21 +62,6 @@ func (v *Validator) Invalidate() {
 	}
 }
 
-// Result is the verdict: any Denied entry rejects the object; Warnings are shown to the user.
-// Each entry names the field and the fix.
-type Result struct {
-	Denied   []string
-	Warnings []string
-}
-
-func (r *Result) add(deny bool, msg string) {
-	if deny {
-		r.Denied = append(r.Denied, msg)
-	} else {
-		r.Warnings = append(r.Warnings, msg)
-	}
-}
-
 // deviceRequest is an exact request or a firstAvailable subrequest, with where it sits.
 type deviceRequest struct {
 	name      string
@@ -148,21 +133,22 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 			p := r.path.Child("selectors").Index(i).Child("cel", "expression")
 			a := v.checker.Analyze(s.CEL.Expression)
 			if a.CompileError != "" {
-				res.add(true, fmt.Sprintf("%s: %s", p, a.CompileError))
+				res.add(true, field.Invalid(p, s.CEL.Expression, a.CompileError))
 				continue
 			}
 			for _, issue := range a.Issues {
-				res.add(true, fmt.Sprintf("%s: %s", p, issue))
+				res.add(true, field.Invalid(p, s.CEL.Expression, issue))
 			}
 		}
 		if ours && v.maxDevices > 0 && r.mode == resourceapi.DeviceAllocationModeExactCount && r.count > int64(v.maxDevices) {
-			res.add(true, fmt.Sprintf("%s: request %s wants %d devices, but no node of driver %s holds more than %d; request at most %d or split the work across several claims",
-				r.path.Child("count"), r.name, r.count, v.driver, v.maxDevices, v.maxDevices))
+			res.add(true, field.Invalid(r.path.Child("count"), r.count, fmt.Sprintf("request %s wants %d devices, but no node of driver %s holds more than %d; request at most %d or split the work across several claims",
+				r.name, r.count, v.driver, v.maxDevices, v.maxDevices)))
 		}
 		if missing {
 			classMissing = true
-			res.add(v.deny[RuleMissingClass], fmt.Sprintf("%s: DeviceClass %q does not exist; create it or use this driver's class %q",
-				r.path.Child("deviceClassName"), r.class, v.driver))
+			notFound := field.NotFound(r.path.Child("deviceClassName"), r.class)
+			notFound.Detail = fmt.Sprintf("DeviceClass %q does not exist; create it or use this driver's class %q", r.class, v.driver)
+			res.add(v.deny[RuleMissingClass], notFound)
 		}
 	}
 	configs := obj.SpecPath().Child("devices", "config")
@@ -171,25 +157,26 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 			continue
 		}
 		judged = true
-		if _, err := v1alpha1.Decode(c.Opaque.Parameters.Raw, configs.Index(i).Child("opaque", "parameters")); err != nil {
-			res.add(true, err.Error())
+		if _, errs := v1alpha1.Decode(c.Opaque.Parameters.Raw, configs.Index(i).Child("opaque", "parameters")); len(errs) > 0 {
+			res.addConfig(errs)
 		}
 	}
 	if !judged {
 		return res
 	}
-	if len(res.Denied) == 0 && !classMissing && !inventoryDown && v.view != nil {
+	if len(res.Errors) == 0 && !classMissing && !inventoryDown && v.view != nil {
 		msg, err := v.view.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
 		switch {
 		case err != nil:
 			logger.Error(err, "Feasibility check failed; admitting without it")
 		case msg != "":
-			res.add(v.deny[RuleUnsatisfiable], fmt.Sprintf("%s: nothing currently published can satisfy the claim: %s", obj.SpecPath().Child("devices"), msg))
+			res.add(v.deny[RuleUnsatisfiable], field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "nothing currently published can satisfy the claim: "+msg))
 		}
 	}
 	if obj.Deprecated() {
-		res.add(v.deny[RuleDeprecatedVersion], fmt.Sprintf("%s %s is deprecated and removed in Kubernetes 1.38; write it as resource.k8s.io/v1: %s",
-			obj.Arrived.GroupVersion(), obj.Arrived.Kind, obj.V1Form()))
+		// About the object as a whole, so no field.
+		res.add(v.deny[RuleDeprecatedVersion], &field.Error{Type: field.ErrorTypeInvalid, BadValue: obj.Arrived.GroupVersion().String(),
+			Detail: fmt.Sprintf("%s %s is deprecated and removed in Kubernetes 1.38; write it as resource.k8s.io/v1: %s", obj.Arrived.GroupVersion(), obj.Arrived.Kind, obj.V1Form())})
 	}
 	return res
 }
@@ -242,8 +229,8 @@ func ownPart(spec *resourceapi.ResourceClaimSpec, ours map[string]bool) *resourc
 // warnings are returned for the user.
 func (v *Validator) ValidateTemplate(ctx context.Context, t *resourceapi.ResourceClaimTemplate) ([]string, error) {
 	res := v.Validate(ctx, &resourceversion.Object{Arrived: resourceapi.SchemeGroupVersion.WithKind(resourceversion.KindTemplate), Template: t})
-	if len(res.Denied) > 0 {
-		return res.Warnings, errors.New(strings.Join(res.Denied, "; "))
+	if len(res.Errors) > 0 {
+		return res.WarningMessages(), errors.New(strings.Join(res.ErrorMessages(), "; "))
 	}
-	return res.Warnings, nil
+	return res.WarningMessages(), nil
 }

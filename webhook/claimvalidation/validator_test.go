@@ -2,9 +2,11 @@ package claimvalidation
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
@@ -339,8 +342,70 @@ func TestValidateAsWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := v.Validate(t.Context(), obj)
-		if len(res.Denied) != tc.denied || len(res.Warnings) != tc.warnings {
-			t.Errorf("%s (%s): denied %q warnings %q", tc.file, obj.Arrived, res.Denied, res.Warnings)
+		if len(res.Errors) != tc.denied || len(res.Warnings) != tc.warnings {
+			t.Errorf("%s (%s): denied %q warnings %q", tc.file, obj.Arrived, res.ErrorMessages(), res.WarningMessages())
 		}
+	}
+}
+
+// TestFindingsAreFieldErrors: findings keep their field path and detail apart until printed.
+func TestFindingsAreFieldErrors(t *testing.T) {
+	data, err := os.ReadFile("testdata/cases.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []ruleCase
+	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(cases, func(c ruleCase) bool { return c.Name == "several errors in one opaque config print together" })
+	if i < 0 {
+		t.Fatal("case not found")
+	}
+	v1, err := resourceversion.Decode(cases[i].Object, schema.GroupVersionKind{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, err := v1.To("v1beta1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(beta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := resourceversion.Decode(raw, schema.GroupVersionKind{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := newValidator(t, loadInventory(t)).Validate(t.Context(), obj)
+	params := "spec.spec.devices.config[%d].opaque.parameters"
+	for _, tc := range []struct {
+		list   field.ErrorList
+		fields []string
+	}{
+		{res.Errors, []string{
+			"spec.spec.devices.requests[0].selectors[0].cel.expression",
+			fmt.Sprintf(params, 0) + ".apiVersion",
+			fmt.Sprintf(params, 0) + ".kind",
+			fmt.Sprintf(params, 0) + ".sharing.spacePartitioningConfig",
+			fmt.Sprintf(params, 1) + ".sharing.strategy",
+		}},
+		// The deprecation is about the object as a whole.
+		{res.Warnings, []string{""}},
+	} {
+		var got []string
+		for _, e := range tc.list {
+			got = append(got, e.Field)
+			if e.Detail == "" || (e.Field != "" && strings.HasPrefix(e.Detail, e.Field)) {
+				t.Errorf("%s: detail %q", e.Field, e.Detail)
+			}
+		}
+		if !slices.Equal(got, tc.fields) {
+			t.Errorf("fields\n got: %q\nwant: %q", got, tc.fields)
+		}
+	}
+	if got := res.Errors[0].Detail; got != `unknown attribute "modle"; this driver publishes index, model, uuid, driverVersion` {
+		t.Errorf("detail of the selector finding: %q", got)
 	}
 }

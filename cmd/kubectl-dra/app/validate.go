@@ -254,8 +254,8 @@ func judge(ctx context.Context, validator *claimvalidation.Validator, path strin
 		return v, true
 	}
 	res := validator.Validate(ctx, obj)
-	v.Allowed = len(res.Denied) == 0
-	v.Denied, v.Warnings = res.Denied, res.Warnings
+	v.Allowed = len(res.Errors) == 0
+	v.Denied, v.Warnings = res.ErrorMessages(), res.WarningMessages()
 	return v, true
 }
 

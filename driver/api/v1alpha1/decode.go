@@ -9,11 +9,11 @@ import (
 
 // Decode reads opaque parameters strictly: unknown or duplicate fields, a wrong apiVersion or kind,
 // and invalid settings are errors that name the field under path. The result is defaulted.
-func Decode(raw []byte, path *field.Path) (*GpuConfig, error) {
+func Decode(raw []byte, path *field.Path) (*GpuConfig, field.ErrorList) {
 	var cfg GpuConfig
 	strictErrs, err := json.UnmarshalStrict(raw, &cfg)
 	if err != nil {
-		return nil, field.Invalid(path, "<opaque parameters>", fmt.Sprintf("not a valid %s: %v", GpuConfigKind, err))
+		return nil, field.ErrorList{field.Invalid(path, "<opaque parameters>", fmt.Sprintf("not a valid %s: %v", GpuConfigKind, err))}
 	}
 	var errs field.ErrorList
 	for _, se := range strictErrs {
@@ -28,7 +28,7 @@ func Decode(raw []byte, path *field.Path) (*GpuConfig, error) {
 	cfg.Default()
 	errs = append(errs, cfg.Validate(path)...)
 	if len(errs) > 0 {
-		return nil, errs.ToAggregate()
+		return nil, errs
 	}
 	return &cfg, nil
 }

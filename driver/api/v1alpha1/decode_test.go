@@ -99,7 +99,8 @@ func TestDecode(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := Decode([]byte(tc.raw), path)
+			cfg, errs := Decode([]byte(tc.raw), path)
+			err := errs.ToAggregate()
 			if len(tc.wantErr) > 0 {
 				if err == nil {
 					t.Fatalf("Decode succeeded with %+v, want an error containing %q", cfg, tc.wantErr)
@@ -138,8 +139,8 @@ func TestDecodeTestdata(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Decode(raw, field.NewPath("parameters")); err != nil {
-			t.Errorf("%s: %v", f, err)
+		if _, errs := Decode(raw, field.NewPath("parameters")); len(errs) > 0 {
+			t.Errorf("%s: %v", f, errs)
 		}
 	}
 }
@@ -154,8 +155,8 @@ func TestDefaultGpuConfigValidates(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{` + head + `}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		cfg, err := Decode(raw, field.NewPath("p"))
-		if err != nil {
+		cfg, errs := Decode(raw, field.NewPath("p"))
+		if len(errs) > 0 {
 			return
 		}
 		if errs := cfg.Validate(field.NewPath("p")); len(errs) > 0 {
