@@ -6,7 +6,6 @@ package celcheck
 import (
 	"fmt"
 	"strings"
-	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apiservercel "k8s.io/apiserver/pkg/cel"
@@ -23,8 +22,8 @@ type Checker struct {
 	driver  string
 	schema  deviceschema.Schema
 	compile func(expr string) dracel.CompilationResult
-	cache   *lru.Cache
-	mu      sync.Mutex
+	// cache holds analyses by expression (LRU, thread-safe).
+	cache *lru.Cache
 }
 
 // New returns a Checker for the driver whose attribute domain is driver and whose devices publish schema.
@@ -69,18 +68,11 @@ type Analysis struct {
 
 // Analyze compiles and inspects one selector expression. The result is shared; do not modify it.
 func (c *Checker) Analyze(expr string) *Analysis {
-	c.mu.Lock()
 	if v, ok := c.cache.Get(expr); ok {
-		c.mu.Unlock()
 		return v.(*Analysis)
 	}
-	c.mu.Unlock()
-
 	a := c.analyze(expr)
-
-	c.mu.Lock()
 	c.cache.Add(expr, a)
-	c.mu.Unlock()
 	return a
 }
 

@@ -42,23 +42,15 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	var verdictKey string
 	if data, err := json.Marshal(spec); err == nil {
 		verdictKey = namespace + "\x00" + string(data)
-		s.projMu.Lock()
-		msg, ok := s.verdicts[verdictKey]
-		s.projMu.Unlock()
-		if ok {
-			return msg, nil
+		if msg, ok := s.verdicts.Get(verdictKey); ok {
+			return msg.(string), nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec)
 	if verdictKey != "" && cacheable {
-		s.projMu.Lock()
-		if len(s.verdicts) >= verdictCacheSize {
-			s.verdicts = map[string]string{}
-		}
-		s.verdicts[verdictKey] = msg
-		s.projMu.Unlock()
+		s.verdicts.Add(verdictKey, msg)
 	}
 	return msg, nil
 }
@@ -162,13 +154,10 @@ type deviceMatches struct {
 
 func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs []celcheck.Ref, opaque bool) *deviceMatches {
 	exprKey := strings.Join(exprs, "\x00\x00") + "\x00\x01" + refsKey(refs, opaque) + "\x00\x01"
-	s.projMu.Lock()
-	dm, ok := s.matchResults[exprKey]
-	s.projMu.Unlock()
-	if ok {
-		return dm
+	if dm, ok := s.matchResults.Get(exprKey); ok {
+		return dm.(*deviceMatches)
 	}
-	dm = &deviceMatches{counts: make([]int, len(s.nodes)), matched: make([]bool, len(s.devices))}
+	dm := &deviceMatches{counts: make([]int, len(s.nodes)), matched: make([]bool, len(s.devices))}
 	p := s.projectionFor(refs, opaque)
 	for _, key := range p.order {
 		members := p.groups[key]
@@ -182,12 +171,7 @@ func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs [
 			}
 		}
 	}
-	s.projMu.Lock()
-	if len(s.matchResults) > 1024 {
-		s.matchResults = map[string]*deviceMatches{}
-	}
-	s.matchResults[exprKey] = dm
-	s.projMu.Unlock()
+	s.matchResults.Add(exprKey, dm)
 	return dm
 }
 
@@ -230,7 +214,7 @@ func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d *
 		}
 	}
 	v.matchMu.Lock()
-	if len(v.matches) > 200_000 {
+	if len(v.matches) > maxMatches {
 		v.matches = map[string]bool{}
 	}
 	v.matches[key] = ok

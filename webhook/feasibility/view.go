@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/lru"
 
 	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
@@ -31,8 +32,9 @@ type Lister interface {
 
 // View is the cached, indexed inventory. Call Invalidate when the lister's content changes.
 type View struct {
-	lister   Lister
-	checker  *celcheck.Checker
+	lister  Lister
+	checker *celcheck.Checker
+	// celCache is the DRA library's LRU of compiled selectors, shared with the allocator.
 	celCache *dracel.Cache
 	features structured.Features
 
@@ -41,11 +43,15 @@ type View struct {
 
 	generation atomic.Uint64
 	mu         sync.Mutex
-	snap       *snapshot
+	// snap is the index of one published state, replaced when Invalidate moved the generation on.
+	snap *snapshot
 
 	matchMu sync.RWMutex
 	// matches caches selector verdicts by (selectors, device values the selectors read); the
-	// answer depends on nothing else, so it survives inventory changes.
+	// answer depends on nothing else, so it survives inventory changes. Cleared when it reaches
+	// maxMatches rather than LRU-evicted: an LRU's per-entry bookkeeping would outweigh these
+	// one-bool entries under the webhook's memory limit, and refilling costs one CEL evaluation per
+	// device group.
 	matches map[string]bool
 }
 
@@ -54,6 +60,11 @@ const (
 	// a template brings a claim with the same spec, so most questions repeat until the published
 	// objects change.
 	verdictCacheSize = 1024
+	// matchResultsSize bounds the device matches remembered per published state, one per list of
+	// selectors (a request's class and its own).
+	matchResultsSize = 1024
+	// maxMatches bounds View.matches.
+	maxMatches = 200_000
 	// searchTimeout bounds the allocator's search per question. The search is exhaustive and can
 	// be exponential in the number of requests; the scheduler bounds it the same way. A question
 	// that runs out of time is answered "unknown", never with a warning.
@@ -110,12 +121,14 @@ type snapshot struct {
 	// devices of equal attributes are not interchangeable.
 	exact bool
 
+	// projections are not evicted: there is one per set of attributes the selectors read, and the
+	// snapshot drops them all at the next published change.
 	projMu      sync.Mutex
 	projections map[string]*projection
-	// matchResults caches deviceMatches by selectors.
-	matchResults map[string]*deviceMatches
-	// verdicts caches Unsatisfiable answers by namespace and spec.
-	verdicts map[string]string
+	// matchResults caches *deviceMatches by selectors (LRU, matchResultsSize).
+	matchResults *lru.Cache
+	// verdicts caches Unsatisfiable answers by namespace and spec (LRU, verdictCacheSize).
+	verdicts *lru.Cache
 }
 
 // projection groups the devices by the values of the attributes a set of selectors reads.
@@ -146,7 +159,7 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 		return nil, fmt.Errorf("list published objects: %w", err)
 	}
 	slices, classes, nodes := objs.Slices, objs.Classes, objs.Nodes
-	s := &snapshot{generation: gen, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, projections: map[string]*projection{}, matchResults: map[string]*deviceMatches{}, verdicts: map[string]string{}}
+	s := &snapshot{generation: gen, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, projections: map[string]*projection{}, matchResults: lru.New(matchResultsSize), verdicts: lru.New(verdictCacheSize)}
 	for _, c := range classes {
 		s.classes[c.Name] = c
 	}

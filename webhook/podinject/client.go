@@ -3,7 +3,6 @@ package podinject
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -88,57 +87,4 @@ var createBackoff = wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Fact
 func transient(err error) bool {
 	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) ||
 		apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
-}
-
-// ttlCache remembers recent successes so a burst of pods costs the API server one request, not
-// one per pod. Entries expire so a template deleted behind the webhook's back comes back.
-type ttlCache[V any] struct {
-	ttl     time.Duration
-	now     func() time.Time
-	mu      sync.Mutex
-	entries map[string]ttlEntry[V]
-}
-
-type ttlEntry[V any] struct {
-	value   V
-	expires time.Time
-}
-
-// maxCacheEntries bounds memory: namespaces × distinct requests is small in practice, but a hostile
-// user could vary the model annotation endlessly.
-const maxCacheEntries = 10000
-
-func newTTLCache[V any](ttl time.Duration) *ttlCache[V] {
-	return &ttlCache[V]{ttl: ttl, now: time.Now, entries: map[string]ttlEntry[V]{}}
-}
-
-func (c *ttlCache[V]) get(key string) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
-	if !ok || c.now().After(e.expires) {
-		var zero V
-		return zero, false
-	}
-	return e.value, true
-}
-
-func (c *ttlCache[V]) put(key string, value V) {
-	if c.ttl == 0 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.now()
-	if len(c.entries) >= maxCacheEntries {
-		for k, e := range c.entries {
-			if now.After(e.expires) {
-				delete(c.entries, k)
-			}
-		}
-		if len(c.entries) >= maxCacheEntries {
-			clear(c.entries)
-		}
-	}
-	c.entries[key] = ttlEntry[V]{value: value, expires: now.Add(c.ttl)}
 }

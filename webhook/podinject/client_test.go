@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -107,30 +106,5 @@ func TestEnsureTemplateRetriesTransientErrors(t *testing.T) {
 				t.Errorf("err = %v, want %q", err, tc.wantErr)
 			}
 		})
-	}
-}
-
-func TestTTLCache(t *testing.T) {
-	now := time.Unix(0, 0)
-	c := newTTLCache[int](time.Minute)
-	c.now = func() time.Time { return now }
-	c.put("a", 1)
-	if v, ok := c.get("a"); !ok || v != 1 {
-		t.Fatalf("get a = %v, %v", v, ok)
-	}
-	now = now.Add(time.Minute + time.Second)
-	if _, ok := c.get("a"); ok {
-		t.Error("expired entry returned")
-	}
-	for i := range maxCacheEntries + 10 {
-		c.put(string(rune(i)), i)
-	}
-	if len(c.entries) > maxCacheEntries {
-		t.Errorf("cache grew to %d entries, bound %d", len(c.entries), maxCacheEntries)
-	}
-	off := newTTLCache[int](0)
-	off.put("a", 1)
-	if _, ok := off.get("a"); ok {
-		t.Error("TTL 0 must cache nothing")
 	}
 }

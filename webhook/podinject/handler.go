@@ -9,32 +9,50 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // Handler is the admission.Handler for pod CREATE; register it at /mutate-pod.
 type Handler struct {
-	opts     options
-	client   TemplateClient
-	ensured  *ttlCache[struct{}]
-	verdicts *ttlCache[[]string]
-	// templates holds built templates by request, without namespace: building one hashes its spec,
-	// a fifth of the handler's time.
-	templates *ttlCache[*resourceapi.ResourceClaimTemplate]
-	inflight  singleflight.Group
+	opts   options
+	client TemplateClient
+	// The caches remember recent successes so a burst of pods costs the API server one request,
+	// not one per pod: ensured templates by namespace/name, the validator's warnings by template
+	// name, and built templates by request without namespace (building one hashes its spec, a
+	// fifth of the handler's time).
+	ensured, verdicts, templates *cache.LRUExpireCache
+	inflight                     singleflight.Group
 }
 
 var _ admission.Handler = &Handler{}
 
+const (
+	// cacheTTL is how long an ensured template is trusted to exist before the API server is
+	// asked again; it bounds how long a deleted template stays missing.
+	cacheTTL = time.Minute
+	// maxCacheEntries bounds each cache, the least recently used entries going first:
+	// namespaces × distinct requests is small in practice, but a hostile user could vary the
+	// model annotation endlessly.
+	maxCacheEntries = 10000
+)
+
 // NewHandler returns a Handler that creates templates through client.
 func NewHandler(client TemplateClient, opts ...Option) (*Handler, error) {
+	return newHandler(client, clock.RealClock{}, opts...)
+}
+
+// newHandler is NewHandler on clk, which tells when cached entries expire.
+func newHandler(client TemplateClient, clk cache.Clock, opts ...Option) (*Handler, error) {
 	if client == nil {
 		return nil, errors.New("podinject: a TemplateClient is required (NewAPIClient for a cluster)")
 	}
@@ -45,9 +63,9 @@ func NewHandler(client TemplateClient, opts ...Option) (*Handler, error) {
 	return &Handler{
 		opts:      o,
 		client:    client,
-		ensured:   newTTLCache[struct{}](cacheTTL),
-		verdicts:  newTTLCache[[]string](cacheTTL),
-		templates: newTTLCache[*resourceapi.ResourceClaimTemplate](cacheTTL),
+		ensured:   cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		verdicts:  cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		templates: cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
 	}, nil
 }
 
@@ -131,13 +149,15 @@ func (h *Handler) template(namespace string, want Request) (*resourceapi.Resourc
 	if want.Memory != nil {
 		key += want.Memory.String()
 	}
-	t, ok := h.templates.get(key)
-	if !ok {
+	var t *resourceapi.ResourceClaimTemplate
+	if cached, ok := h.templates.Get(key); ok {
+		t = cached.(*resourceapi.ResourceClaimTemplate)
+	} else {
 		var err error
 		if t, err = h.opts.template("", want); err != nil {
 			return nil, err
 		}
-		h.templates.put(key, t)
+		h.templates.Add(key, t, cacheTTL)
 	}
 	t = t.DeepCopy()
 	t.Namespace = namespace
@@ -148,14 +168,14 @@ func (h *Handler) template(namespace string, want Request) (*resourceapi.Resourc
 // share one API request.
 func (h *Handler) ensure(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error {
 	key := template.Namespace + "/" + template.Name
-	if _, ok := h.ensured.get(key); ok {
+	if _, ok := h.ensured.Get(key); ok {
 		return nil
 	}
 	_, err, _ := h.inflight.Do("ensure/"+key, func() (any, error) {
 		if err := h.client.EnsureTemplate(ctx, template); err != nil {
 			return nil, err
 		}
-		h.ensured.put(key, struct{}{})
+		h.ensured.Add(key, struct{}{}, cacheTTL)
 		return nil, nil
 	})
 	return err
@@ -167,15 +187,15 @@ func (h *Handler) validate(ctx context.Context, template *resourceapi.ResourceCl
 	if h.opts.validator == nil {
 		return nil, nil
 	}
-	if warnings, ok := h.verdicts.get(template.Name); ok {
-		return warnings, nil
+	if warnings, ok := h.verdicts.Get(template.Name); ok {
+		return warnings.([]string), nil
 	}
 	v, err, _ := h.inflight.Do("validate/"+template.Name, func() (any, error) {
 		warnings, err := h.opts.validator.ValidateTemplate(ctx, template)
 		if err != nil {
 			return nil, err
 		}
-		h.verdicts.put(template.Name, warnings)
+		h.verdicts.Add(template.Name, warnings, cacheTTL)
 		return warnings, nil
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
@@ -336,6 +339,47 @@ func TestHandleEnsureFailure(t *testing.T) {
 	if !resp.Allowed || len(client.templates) != 1 {
 		t.Fatalf("after recovery: allowed %v, templates %v", resp.Allowed, client.names())
 	}
+}
+
+// TestHandlerCacheExpiry: what the handler caches (ensured templates, the validator's verdicts)
+// is trusted for cacheTTL and then asked again, so a template deleted behind the webhook's back
+// comes back; and the caches stay bounded however many namespaces send pods, keeping the most
+// recently used.
+func TestHandlerCacheExpiry(t *testing.T) {
+	client := &fakeClient{}
+	validator := &fakeValidator{warnings: []string{"w"}}
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	h, err := newHandler(client, clk, WithValidator(validator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	podIn := func(ns string) admission.Request {
+		return admissionRequest(t, admissionv1.Create, false, []byte(`{"metadata":{"name":"p","namespace":"`+ns+`","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`))
+	}
+	handle := func(ns string, wantEnsures, wantValidations int) {
+		t.Helper()
+		if resp := h.Handle(context.Background(), podIn(ns)); !resp.Allowed || !slices.Equal(resp.Warnings, []string{"w"}) {
+			t.Fatalf("pod in %s: allowed=%t warnings=%q %+v", ns, resp.Allowed, resp.Warnings, resp.Result)
+		}
+		if client.calls != wantEnsures || len(validator.seen) != wantValidations {
+			t.Fatalf("pod in %s: %d ensures and %d validations, want %d and %d", ns, client.calls, len(validator.seen), wantEnsures, wantValidations)
+		}
+	}
+	handle("ns", 1, 1)
+	clk.Step(cacheTTL)
+	handle("ns", 1, 1) // still trusted at the TTL
+	clk.Step(time.Nanosecond)
+	handle("ns", 2, 2) // then asked again
+
+	for i := range maxCacheEntries + 10 {
+		handle(fmt.Sprintf("ns-%d", i), 3+i, 2)
+	}
+	if n := len(h.ensured.Keys()); n != maxCacheEntries {
+		t.Errorf("%d ensured templates cached, want the bound %d", n, maxCacheEntries)
+	}
+	last := fmt.Sprintf("ns-%d", maxCacheEntries+9)
+	handle(last, client.calls, 2)     // the most recent stays
+	handle("ns-0", client.calls+1, 2) // the least recent went first
 }
 
 func TestHandleCachesEnsure(t *testing.T) {

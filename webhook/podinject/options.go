@@ -2,7 +2,6 @@ package podinject
 
 import (
 	"fmt"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -24,10 +23,6 @@ const (
 	// ManagedByLabel marks templates the webhook created, so cleanup and humans can find them.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 )
-
-// cacheTTL is how long an ensured template is trusted to exist before the API server is asked
-// again; it bounds how long a deleted template stays missing.
-const cacheTTL = time.Minute
 
 // Annotation suffixes under the annotation prefix ("gpu.example.com/count" ...).
 const (
