@@ -54,8 +54,8 @@ func newestServedVersion(flags *genericclioptions.ConfigFlags) (string, error) {
 	return resourceversion.Newest(cs.Discovery())
 }
 
-// liveInventory lists what the cluster publishes, bounded by clusterTimeout.
-func liveInventory(ctx context.Context, flags *genericclioptions.ConfigFlags) (*published.Objects, error) {
+// liveClusterState lists what the cluster publishes, bounded by clusterTimeout.
+func liveClusterState(ctx context.Context, flags *genericclioptions.ConfigFlags) (*published.Objects, error) {
 	cs, err := clientset(flags)
 	if err != nil {
 		return nil, err

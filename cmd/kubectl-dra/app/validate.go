@@ -24,36 +24,37 @@ import (
 )
 
 type validateOptions struct {
-	streams         genericiooptions.IOStreams
-	flags           *genericclioptions.ConfigFlags
-	files           []string
-	recursive       bool
-	inventoryFile   string
-	inventoryConfig string
-	driverName      string
-	deny            []string
-	output          string
+	streams   genericiooptions.IOStreams
+	flags     *genericclioptions.ConfigFlags
+	files     []string
+	recursive bool
+	// clusterStateFile holds the published ResourceSlices, DeviceClasses and Nodes to judge against.
+	clusterStateFile string
+	nodeGroupsFile   string
+	driverName       string
+	deny             []string
+	output           string
 }
 
 func newValidateCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &validateOptions{streams: streams, flags: flags, driverName: deviceschema.DefaultDriverName}
 	cmd := &cobra.Command{
-		Use:   "validate -f FILE|DIR|- [--inventory slices.yaml] [-o json]",
+		Use:   "validate -f FILE|DIR|- [--cluster-state slices.yaml] [-o json]",
 		Short: "Run the gpu-dra admission checks on ResourceClaimTemplates and ResourceClaims",
 		Long: `Runs the checks of the gpu-dra validating webhook (the same code) on every
 ResourceClaimTemplate and ResourceClaim in the input, in any resource.k8s.io version, after
 applying the API server's defaults (allocationMode ExactCount, count 1).
 
-The DeviceClasses and devices the checks look at come from --inventory (ResourceSlices,
+The DeviceClasses and devices the checks look at come from --cluster-state (ResourceSlices,
 DeviceClasses and optionally Nodes, any served version, as documents or as the List that
 "kubectl get resourceslices,deviceclasses -o yaml" prints), or else from the current cluster
 (--kubeconfig, --context). DeviceClasses in the input are added, as "kubectl apply" would create
-them first. Without either only the checks that need no inventory run.
+them first. Without either, only the checks that need no cluster state run.
 
 Exit status: 0 admitted (warnings may be printed), 2 when the webhook would deny an object,
 1 when an object does not decode (the API server would reject it) or the command fails.`,
-		Example: `  # In CI, against a recorded inventory
-  kubectl dra validate -f template.yaml --inventory slices.yaml
+		Example: `  # In CI, against recorded ResourceSlices and DeviceClasses
+  kubectl dra validate -f template.yaml --cluster-state slices.yaml
 
   # Against the current cluster, machine-readable
   kubectl dra validate -f manifests/ -o json`,
@@ -64,8 +65,16 @@ Exit status: 0 admitted (warnings may be printed), 2 when the webhook would deny
 	}
 	cmd.Flags().StringSliceVarP(&o.files, "filename", "f", nil, "manifest file, directory, or - for standard input (repeatable)")
 	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false, "process directories named with -f recursively")
-	cmd.Flags().StringVar(&o.inventoryFile, "inventory", "", "ResourceSlices and DeviceClasses (YAML) to validate against instead of a cluster")
-	cmd.Flags().StringVar(&o.inventoryConfig, "inventory-config", "", "the webhook's node-group inventory file, for the most devices a node holds (default: 8 per node)")
+	cmd.Flags().StringVar(&o.clusterStateFile, "cluster-state", "", "ResourceSlices and DeviceClasses (YAML) to validate against instead of a cluster")
+	cmd.Flags().StringVar(&o.nodeGroupsFile, "node-groups", "", "the webhook's node-groups file, for the most devices a node holds (default: 8 per node)")
+	// The earlier names keep working, hidden; using one prints what replaced it.
+	cmd.Flags().StringVar(&o.clusterStateFile, "inventory", "", "")
+	cmd.Flags().StringVar(&o.nodeGroupsFile, "inventory-config", "", "")
+	_ = cmd.Flags().MarkDeprecated("inventory", "use --cluster-state")
+	_ = cmd.Flags().MarkDeprecated("inventory-config", "use --node-groups")
+	// pflag prints those notices to the flag set's output, which cobra would copy to standard
+	// output, into -o json.
+	cmd.Flags().SetOutput(streams.ErrOut)
 	cmd.Flags().StringVar(&o.driverName, "driver-name", o.driverName, "DRA driver name; also the attribute domain")
 	cmd.Flags().StringSliceVar(&o.deny, "deny", nil, "rules that deny instead of warn, as the webhook's --deny: "+strings.Join(claimvalidation.RuleNames(), ", "))
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json (default: text)")
@@ -100,11 +109,11 @@ type verdict struct {
 }
 
 type report struct {
-	// Inventory says what the class and feasibility checks looked at: "file:<path>", "cluster"
-	// or "none".
-	Inventory string    `json:"inventory"`
-	Allowed   bool      `json:"allowed"`
-	Objects   []verdict `json:"objects"`
+	// ClusterState says what the class and feasibility checks looked at: "file:<path>",
+	// "cluster" or "none". Its JSON name stays "inventory": scripts parse this output.
+	ClusterState string    `json:"inventory"`
+	Allowed      bool      `json:"allowed"`
+	Objects      []verdict `json:"objects"`
 }
 
 func (o *validateOptions) run(ctx context.Context) error {
@@ -115,15 +124,15 @@ func (o *validateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--deny: %w", err)
 	}
-	cfg, err := nodegroups.LoadConfig(o.inventoryConfig)
+	groups, err := nodegroups.LoadConfig(o.nodeGroupsFile)
 	if err != nil {
-		return fmt.Errorf("--inventory-config: %w", err)
+		return fmt.Errorf("--node-groups: %w", err)
 	}
 	sources, err := readSources(o.files, o.recursive, o.streams.In)
 	if err != nil {
 		return err
 	}
-	inv, where, err := o.loadInventory(ctx)
+	state, where, err := o.loadClusterState(ctx)
 	if err != nil {
 		return err
 	}
@@ -135,24 +144,24 @@ func (o *validateOptions) run(ctx context.Context) error {
 			return fmt.Errorf("discover the cluster's resource.k8s.io versions: %w", err)
 		}
 	}
-	if inv != nil {
+	if state != nil {
 		// Classes in the input exist by the time the claims are applied.
 		for _, s := range sources {
 			in, err := published.Read(manifest.Filter(s.Data, resourceversion.KindDeviceClass))
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Path, err)
 			}
-			inv.Classes = append(inv.Classes, in.Classes...)
+			state.Classes = append(state.Classes, in.Classes...)
 		}
 	}
 
 	var source feasibility.Lister // a nil *published.Objects would not be a nil Lister
-	if inv != nil {
-		source = inv
+	if state != nil {
+		source = state
 	}
-	validator := claimvalidation.New(o.driverName, cfg, deny, source)
+	validator := claimvalidation.New(o.driverName, groups, deny, source)
 
-	rep := report{Inventory: where, Allowed: true, Objects: []verdict{}}
+	rep := report{ClusterState: where, Allowed: true, Objects: []verdict{}}
 	failed := false
 	for _, s := range sources {
 		for _, d := range manifest.Documents(s.Data) {
@@ -196,30 +205,30 @@ func (o *validateOptions) run(ctx context.Context) error {
 	return nil
 }
 
-// loadInventory returns the inventory and a description of where it came from; nil when there
-// is none (no --inventory and no reachable cluster).
-func (o *validateOptions) loadInventory(ctx context.Context) (*published.Objects, string, error) {
-	if o.inventoryFile != "" {
-		data, err := os.ReadFile(o.inventoryFile)
+// loadClusterState returns the published objects and a description of where they came from;
+// nil when there are none (no --cluster-state and no reachable cluster).
+func (o *validateOptions) loadClusterState(ctx context.Context) (*published.Objects, string, error) {
+	if o.clusterStateFile != "" {
+		data, err := os.ReadFile(o.clusterStateFile)
 		if err != nil {
-			return nil, "", fmt.Errorf("--inventory: %w", err)
+			return nil, "", fmt.Errorf("--cluster-state: %w", err)
 		}
-		inv, err := published.Read(data)
+		state, err := published.Read(data)
 		if err != nil {
-			return nil, "", fmt.Errorf("--inventory %s: %w", o.inventoryFile, err)
+			return nil, "", fmt.Errorf("--cluster-state %s: %w", o.clusterStateFile, err)
 		}
-		return inv, "file:" + o.inventoryFile, nil
+		return state, "file:" + o.clusterStateFile, nil
 	}
-	inv, err := liveInventory(ctx, o.flags)
+	state, err := liveClusterState(ctx, o.flags)
 	if err != nil {
 		if *o.flags.KubeConfig != "" || *o.flags.Context != "" || os.Getenv("KUBECONFIG") != "" {
 			// The user asked for this cluster: not reaching it is an error, not a weaker check.
 			return nil, "", fmt.Errorf("read the cluster's ResourceSlices and DeviceClasses: %w", err)
 		}
-		fmt.Fprintf(o.streams.ErrOut, "no --inventory and no reachable cluster (%v): DeviceClass and feasibility checks skipped\n", err)
+		fmt.Fprintf(o.streams.ErrOut, "no --cluster-state and no reachable cluster (%v): DeviceClass and feasibility checks skipped\n", err)
 		return nil, "none", nil
 	}
-	return inv, "cluster", nil
+	return state, "cluster", nil
 }
 
 // judge runs the webhook's checks on one document; ok is false for documents that are not

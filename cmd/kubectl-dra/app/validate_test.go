@@ -26,9 +26,9 @@ import (
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 )
 
-const inventoryFile = "testdata/validate/inventory.yaml"
+const clusterStateFile = "testdata/validate/cluster-state.yaml"
 
-// validateCase is one manifest judged against testdata/validate/inventory.yaml (offline) and
+// validateCase is one manifest judged against testdata/validate/cluster-state.yaml (offline) and
 // against the same objects created in a real API server.
 type validateCase struct {
 	name string
@@ -75,31 +75,31 @@ func TestValidateOffline(t *testing.T) {
 	noCluster(t)
 	for _, tc := range validateCases {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := validateJSON(t, tc, "--inventory", inventoryFile)
-			if rep.Inventory != "file:"+inventoryFile {
-				t.Errorf("inventory %q", rep.Inventory)
+			rep := validateJSON(t, tc, "--cluster-state", clusterStateFile)
+			if rep.ClusterState != "file:"+clusterStateFile {
+				t.Errorf("inventory %q", rep.ClusterState)
 			}
 		})
 	}
 }
 
 // TestValidateAgainstCluster: the same cases against a real API server holding the same
-// ResourceSlices and DeviceClasses (created in the versions the inventory file uses), reached
+// ResourceSlices and DeviceClasses (created in the versions the cluster-state file uses), reached
 // through a kubeconfig; the verdicts must equal the offline ones.
 func TestValidateAgainstCluster(t *testing.T) {
 	srv := testapiserver.Start(t)
-	if n := createInventory(t, srv, "v1beta1", "v1beta2", "v1"); n != 4 {
-		t.Fatalf("created %d inventory objects, want 4", n)
+	if n := createClusterState(t, srv, "v1beta1", "v1beta2", "v1"); n != 4 {
+		t.Fatalf("created %d published objects, want 4", n)
 	}
 	kubeconfig := writeKubeconfig(t, srv.Config)
 	t.Setenv("KUBECONFIG", "")
 	for _, tc := range validateCases {
 		t.Run(tc.name, func(t *testing.T) {
 			live := validateJSON(t, tc, "--kubeconfig", kubeconfig)
-			if live.Inventory != "cluster" {
-				t.Errorf("inventory %q, want cluster", live.Inventory)
+			if live.ClusterState != "cluster" {
+				t.Errorf("inventory %q, want cluster", live.ClusterState)
 			}
-			offline := validateJSON(t, tc, "--inventory", inventoryFile)
+			offline := validateJSON(t, tc, "--cluster-state", clusterStateFile)
 			if !reflect.DeepEqual(live.Objects, offline.Objects) {
 				t.Errorf("live and offline verdicts differ:\n live: %+v\n file: %+v", live.Objects, offline.Objects)
 			}
@@ -154,7 +154,7 @@ func matchAll(t *testing.T, what string, got, want []string) {
 
 func TestValidateText(t *testing.T) {
 	noCluster(t)
-	r := run(t, "", "validate", "-f", "testdata/validate/typo.v1beta1.yaml", "-f", filepath.Join(seedDir, "resourceclaimtemplate.v1.yaml"), "--inventory", inventoryFile)
+	r := run(t, "", "validate", "-f", "testdata/validate/typo.v1beta1.yaml", "-f", filepath.Join(seedDir, "resourceclaimtemplate.v1.yaml"), "--cluster-state", clusterStateFile)
 	if r.code != ExitDenied {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -171,9 +171,9 @@ func TestValidateText(t *testing.T) {
 	}
 }
 
-// TestValidateWithoutInventory: no --inventory and no cluster still runs the checks that need
-// none (CEL, opaque config, device count), and says what it skipped.
-func TestValidateWithoutInventory(t *testing.T) {
+// TestValidateWithoutClusterState: no --cluster-state and no cluster still runs the checks that
+// need neither (CEL, opaque config, device count), and says what it skipped.
+func TestValidateWithoutClusterState(t *testing.T) {
 	noCluster(t)
 	for _, tc := range []struct {
 		file string
@@ -188,7 +188,7 @@ func TestValidateWithoutInventory(t *testing.T) {
 			t.Errorf("%s: exit %d, want %d\n%s", tc.file, r.code, tc.code, r.stderr)
 		}
 		if strings.Contains(r.stdout, "does not exist") || strings.Contains(r.stdout, "nothing currently published") {
-			t.Errorf("%s: inventory checks ran without an inventory:\n%s", tc.file, r.stdout)
+			t.Errorf("%s: cluster-state checks ran without a cluster state:\n%s", tc.file, r.stdout)
 		}
 	}
 }
@@ -200,7 +200,7 @@ func TestValidateBadInput(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{"inventory with a Pod", []string{"-f", "testdata/validate/typo.v1beta1.yaml", "--inventory", "testdata/upgrade/pod.yaml"}, "v1 Pod is not a ResourceSlice, DeviceClass or Node"},
+		{"cluster state with a Pod", []string{"-f", "testdata/validate/typo.v1beta1.yaml", "--cluster-state", "testdata/upgrade/pod.yaml"}, "v1 Pod is not a ResourceSlice, DeviceClass or Node"},
 		{"unknown rule", []string{"-f", "testdata/validate/typo.v1beta1.yaml", "--deny", "typos"}, `unknown rule "typos"`},
 		{"bad output", []string{"-f", "testdata/validate/typo.v1beta1.yaml", "-o", "yaml"}, `-o "yaml": use json`},
 		{"unreachable named cluster", []string{"-f", "testdata/validate/typo.v1beta1.yaml", "--kubeconfig", "testdata/nope"}, "read the cluster's ResourceSlices and DeviceClasses"},
@@ -214,9 +214,9 @@ func TestValidateBadInput(t *testing.T) {
 	}
 }
 
-// createInventory creates the documents of the inventory file written in one of versions in the
+// createClusterState creates the documents of the cluster-state file written in one of versions in the
 // server, each in the version it is written in, and returns how many.
-func createInventory(t *testing.T, srv *testapiserver.Server, versions ...string) int {
+func createClusterState(t *testing.T, srv *testapiserver.Server, versions ...string) int {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(srv.Config)
 	if err != nil {
@@ -224,7 +224,7 @@ func createInventory(t *testing.T, srv *testapiserver.Server, versions ...string
 	}
 	resources := map[string]string{resourceversion.KindResourceSlice: "resourceslices", resourceversion.KindDeviceClass: "deviceclasses"}
 	n := 0
-	for _, d := range manifest.Documents([]byte(readText(t, inventoryFile))) {
+	for _, d := range manifest.Documents([]byte(readText(t, clusterStateFile))) {
 		if !slices.Contains(versions, d.GVK.Version) {
 			continue
 		}
@@ -246,8 +246,8 @@ func createInventory(t *testing.T, srv *testapiserver.Server, versions ...string
 // are judged against what the cluster publishes.
 func TestValidateOn132Cluster(t *testing.T) {
 	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(testapiserver.V1Beta1Only))
-	if n := createInventory(t, srv, "v1beta1"); n != 2 {
-		t.Fatalf("created %d inventory objects, want the class and las1's slice", n)
+	if n := createClusterState(t, srv, "v1beta1"); n != 2 {
+		t.Fatalf("created %d published objects, want the class and las1's slice", n)
 	}
 	kubeconfig := writeKubeconfig(t, srv.Config)
 	t.Setenv("KUBECONFIG", "")
@@ -268,28 +268,28 @@ func TestValidateOn132Cluster(t *testing.T) {
 }
 
 // TestValidateMatchesAdmission: for every case, the plugin's verdict is the admission
-// response the webhook's handler gives for the same object and inventory.
+// response the webhook's handler gives for the same object and published objects.
 func TestValidateMatchesAdmission(t *testing.T) {
 	noCluster(t)
-	inv, err := published.Read([]byte(readText(t, inventoryFile)))
+	state, err := published.Read([]byte(readText(t, clusterStateFile)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range validateCases {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := validateJSON(t, tc, "--inventory", inventoryFile)
+			rep := validateJSON(t, tc, "--cluster-state", clusterStateFile)
 			deny, err := claimvalidation.ParseRules(strings.Join(flagValues(tc.args, "--deny"), ","))
 			if err != nil {
 				t.Fatal(err)
 			}
 			data := []byte(readText(t, tc.file))
-			caseInv := *inv
+			caseState := *state
 			extra, err := published.Read(manifest.Filter(data, resourceversion.KindDeviceClass))
 			if err != nil {
 				t.Fatal(err)
 			}
-			caseInv.Classes = append(append([]*resourceapi.DeviceClass{}, inv.Classes...), extra.Classes...)
-			h := &claimvalidation.Handler{Validator: claimvalidation.New("gpu.example.com", nil, deny, &caseInv)}
+			caseState.Classes = append(append([]*resourceapi.DeviceClass{}, state.Classes...), extra.Classes...)
+			h := &claimvalidation.Handler{Validator: claimvalidation.New("gpu.example.com", nil, deny, &caseState)}
 			i := 0
 			for _, d := range manifest.Documents(data) {
 				if d.GVK.Group != resourceversion.Group || (d.GVK.Kind != resourceversion.KindClaim && d.GVK.Kind != resourceversion.KindTemplate) {
@@ -335,4 +335,31 @@ func flagValues(args []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// TestValidateDeprecatedFlags: --inventory and --inventory-config still work as --cluster-state
+// and --node-groups, say so on standard error only, and are hidden from the help.
+func TestValidateDeprecatedFlags(t *testing.T) {
+	noCluster(t)
+	args := []string{"validate", "-f", "testdata/validate/nine.v1beta2.yaml", "-o", "json"}
+	now := run(t, "", append(args, "--cluster-state", clusterStateFile, "--node-groups", "testdata/validate/node-groups.yaml")...)
+	before := run(t, "", append(args, "--inventory", clusterStateFile, "--inventory-config", "testdata/validate/node-groups.yaml")...)
+	if now.code != ExitDenied || !strings.Contains(now.stdout, "no node of driver gpu.example.com holds more than 4") {
+		t.Fatalf("with --node-groups: exit %d, stdout:\n%s\nstderr:\n%s", now.code, now.stdout, now.stderr)
+	}
+	if before.stdout != now.stdout || before.code != now.code {
+		t.Errorf("the old names judge differently: exit %d vs %d\n%s\nvs\n%s", before.code, now.code, before.stdout, now.stdout)
+	}
+	for _, want := range []string{"Flag --inventory has been deprecated, use --cluster-state\n", "Flag --inventory-config has been deprecated, use --node-groups\n"} {
+		if !strings.Contains(before.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, before.stderr)
+		}
+	}
+	if strings.Contains(now.stderr, "deprecated") {
+		t.Errorf("the new names print a deprecation:\n%s", now.stderr)
+	}
+	help := run(t, "", "validate", "--help")
+	if !strings.Contains(help.stdout, "--cluster-state") || !strings.Contains(help.stdout, "--node-groups") || strings.Contains(help.stdout, "--inventory") {
+		t.Errorf("help:\n%s", help.stdout)
+	}
 }
