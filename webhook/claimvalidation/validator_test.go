@@ -63,7 +63,8 @@ func checkDeprecation(t *testing.T, warning string, version string, want *resour
 	}
 }
 
-func TestRules(t *testing.T) {
+func loadRuleCases(t *testing.T) []ruleCase {
+	t.Helper()
 	data, err := os.ReadFile("testdata/cases.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +73,11 @@ func TestRules(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
 		t.Fatalf("testdata/cases.yaml: %v", err)
 	}
+	return cases
+}
+
+func TestRules(t *testing.T) {
+	cases := loadRuleCases(t)
 	inv := loadInventory(t)
 	for _, tc := range cases {
 		h := &Handler{Validator: newValidator(t, inv, tc.Deny...)}
@@ -350,27 +356,12 @@ func TestValidateAsWritten(t *testing.T) {
 
 // TestFindingsAreFieldErrors: findings keep their field path and detail apart until printed.
 func TestFindingsAreFieldErrors(t *testing.T) {
-	data, err := os.ReadFile("testdata/cases.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []ruleCase
-	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		t.Fatal(err)
-	}
+	cases := loadRuleCases(t)
 	i := slices.IndexFunc(cases, func(c ruleCase) bool { return c.Name == "several errors in one opaque config print together" })
 	if i < 0 {
 		t.Fatal("case not found")
 	}
-	v1, err := resourceversion.Decode(cases[i].Object, schema.GroupVersionKind{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	beta, err := v1.To("v1beta1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.Marshal(beta)
+	raw, err := json.Marshal(asVersion(t, cases[i].Object, "v1beta1"))
 	if err != nil {
 		t.Fatal(err)
 	}
