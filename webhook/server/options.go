@@ -62,7 +62,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz and /readyz")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (0 disables)")
 	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0: none)")
-	fs.Func("deny", "comma-separated rules that deny instead of warn: "+ruleNames(), func(s string) error {
+	fs.Func("deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(s string) error {
 		rules, err := claimvalidation.ParseRules(s)
 		if err != nil {
 			return err
@@ -91,12 +91,4 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--port: %d is not a port; use 1..65535, e.g. 9443", o.Port)
 	}
 	return nil
-}
-
-func ruleNames() string {
-	names := make([]string, 0, len(claimvalidation.Rules))
-	for _, r := range claimvalidation.Rules {
-		names = append(names, string(r))
-	}
-	return strings.Join(names, ", ")
 }
