@@ -1,6 +1,6 @@
 // Package plugin implements the kubelet side of the driver: the kubeletplugin.DRAPlugin that
 // prepares and unprepares claims (CDI spec + checkpoint), publishing the node's devices as
-// ResourceSlices, reconciliation on start and slice cleanup on shutdown.
+// ResourceSlices, reconciliation on start and the uninstall hook's slice cleanup.
 package plugin
 
 import (
