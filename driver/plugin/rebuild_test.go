@@ -21,20 +21,26 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
-// kubeletPrepare calls prepare as the kubelet does: a failure of the whole call is retried (the
-// kubelet keeps the pod waiting and calls again), a failure of one claim is that claim's answer.
-func kubeletPrepare(ctx context.Context, t *testing.T, d *Driver, claims ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+// asKubelet calls prepare or unprepare as the kubelet does: a failure of the whole call is retried
+// (the kubelet keeps the pod waiting and calls again), a failure of one claim is that claim's answer.
+func asKubelet[T any](t *testing.T, call func() (T, error)) T {
 	t.Helper()
 	var lastErr error
 	for range 3 {
-		res, err := d.PrepareResourceClaims(ctx, claims)
+		res, err := call()
 		if err == nil {
 			return res
 		}
 		lastErr = err
 	}
-	t.Fatalf("prepare failed three times: %v", lastErr)
-	return nil
+	t.Fatalf("failed three times: %v", lastErr)
+	var zero T
+	return zero
+}
+
+func kubeletPrepare(ctx context.Context, t *testing.T, d *Driver, claims ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	t.Helper()
+	return asKubelet(t, func() (map[types.UID]kubeletplugin.PrepareResult, error) { return d.PrepareResourceClaims(ctx, claims) })
 }
 
 func kubeletUnprepare(ctx context.Context, t *testing.T, d *Driver, claims ...*resourceapi.ResourceClaim) map[types.UID]error {
@@ -43,16 +49,7 @@ func kubeletUnprepare(ctx context.Context, t *testing.T, d *Driver, claims ...*r
 	for _, c := range claims {
 		refs = append(refs, kubeletplugin.NamespacedObject{UID: c.UID, NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
 	}
-	var lastErr error
-	for range 3 {
-		res, err := d.UnprepareResourceClaims(ctx, refs)
-		if err == nil {
-			return res
-		}
-		lastErr = err
-	}
-	t.Fatalf("unprepare failed three times: %v", lastErr)
-	return nil
+	return asKubelet(t, func() (map[types.UID]error, error) { return d.UnprepareResourceClaims(ctx, refs) })
 }
 
 // A checkpoint that turns corrupt while the plugin serves is not an empty one: before the plugin
