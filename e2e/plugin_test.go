@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -57,7 +58,10 @@ func TestPluginRestart(t *testing.T) {
 	servingPlugin(t, c, 2*time.Minute, func(p *corev1.Pod) bool { return p.UID != old.UID })
 	framework.Eventually(t, time.Minute, "the old plugin pod to be gone", func() (bool, error) {
 		_, err := c.Clientset.CoreV1().Pods(releaseNS).Get(ctx, old.Name, metav1.GetOptions{})
-		return err != nil, nil
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
 	})
 	recovery := time.Since(start)
 	seen := watch()
