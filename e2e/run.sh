@@ -16,7 +16,7 @@ local_suite() {
   fi
   trap '"$HERE/down.sh"' EXIT
   MODE=full "$HERE/up.sh"
-  export KUBECONFIG=$KUBECONFIG_PATH GPU_DRA_LOCAL_CLUSTER=1 GPU_DRA_NODE_NAME=$NODE_NAME
+  export KUBECONFIG=$KUBECONFIG_PATH GPU_DRA_LOCAL_CLUSTER=1 GPU_DRA_NODE_NAME=$NODE_NAME GPU_DRA_CRI_ENDPOINT=unix://$CONTAINERD_SOCK
   export GPU_DRA_K8S_BIN=$(k8s_bin_dir "$K8S_VERSION")
   export PATH=$GPU_DRA_K8S_BIN:$(tools_bin_dir):$PATH
   step "running the e2e suite on Kubernetes v$K8S_VERSION"

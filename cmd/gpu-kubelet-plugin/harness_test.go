@@ -427,6 +427,38 @@ func (c *cluster) slices(ctx context.Context, version string) ([]resourceapi.Dev
 	}
 }
 
+// sliceVersions identifies each ResourceSlice of the driver and its content, in the given API
+// version: name/UID/resourceVersion, sorted. Equal lists mean nobody deleted or rewrote a slice.
+func (c *cluster) sliceVersions(t testing.TB, ctx context.Context, version string) []string {
+	t.Helper()
+	opts := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
+	var metas []metav1.ObjectMeta
+	switch version {
+	case "v1beta1":
+		list, err := c.srv.Clientset.ResourceV1beta1().ResourceSlices().List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Items {
+			metas = append(metas, s.ObjectMeta)
+		}
+	default:
+		list, err := c.srv.Clientset.ResourceV1().ResourceSlices().List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Items {
+			metas = append(metas, s.ObjectMeta)
+		}
+	}
+	out := make([]string, 0, len(metas))
+	for _, m := range metas {
+		out = append(out, m.Name+"/"+string(m.UID)+"/"+m.ResourceVersion)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // consistent checks the crash-safety invariant: the CDI specs on disk are exactly the checkpoint's
 // entries. It returns the entries.
 func (c *cluster) consistent(t testing.TB) map[types.UID]checkpoint.PreparedClaim {

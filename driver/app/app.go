@@ -40,7 +40,7 @@ func DeleteAllSlices(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	n, err := plugin.DeleteSlices(ctx, draclient.New(clientset), o.DriverName, "")
+	n, err := plugin.DeleteSlices(ctx, draclient.New(clientset), o.DriverName)
 	if err != nil {
 		return err
 	}
@@ -48,8 +48,13 @@ func DeleteAllSlices(ctx context.Context, o Options) error {
 	return nil
 }
 
-// Run serves until ctx is canceled (SIGTERM), then shuts down and, unless a rolling-update
-// successor is serving, deletes the node's ResourceSlices.
+// Run serves until ctx is canceled (SIGTERM) or something fatal happens, then shuts down. The
+// node's ResourceSlices stay, as the helper's Stop leaves them: a plugin that goes away is
+// nearly always coming back (liveness kill, deleted or evicted pod, DaemonSet update) and
+// publishes the same devices again; deleting them would take the node's GPUs away from the
+// scheduler until then. A plugin gone for good leaves them to the kubelet, which deletes a
+// driver's slices once no plugin of it is registered (30 s later since Kubernetes 1.33, at once on
+// 1.32), and `helm uninstall` leaves them to the chart's pre-delete hook (DeleteAllSlices).
 func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
@@ -61,7 +66,7 @@ func Run(ctx context.Context, o Options) error {
 	defer fail(nil)
 
 	p := &instance{o: o}
-	defer p.stop(logger)
+	defer p.stop()
 	if err := p.start(ctx, fail); err != nil {
 		return err
 	}
@@ -71,11 +76,9 @@ func Run(ctx context.Context, o Options) error {
 	cause := context.Cause(ctx)
 	logger.Info("Shutting down", "cause", cause)
 	if signalCtx.Err() == nil {
-		// A fatal error, not SIGTERM: the pod restarts and republishes the same slices, so deleting
-		// them would only make the scheduler see the node's GPUs flicker.
+		// A fatal error, not SIGTERM: exit with it, so that the container is restarted.
 		return cause
 	}
-	p.leaving = true
 	return nil
 }
 
@@ -83,8 +86,7 @@ func Run(ctx context.Context, o Options) error {
 type instance struct {
 	o      Options
 	client kubernetes.Interface
-	// resourceClient is the one client of resource.k8s.io, so the version it settled on at start
-	// is the one it uses at shutdown.
+	// resourceClient reads claims in whichever resource.k8s.io version the server serves.
 	resourceClient *draclient.Client
 	driver         *plugin.Driver
 	metrics        *metrics.Metrics
@@ -93,10 +95,6 @@ type instance struct {
 	helper      *kubeletplugin.Helper
 	stopWatcher func()
 	stopHealth  func()
-
-	// leaving is set when the plugin goes away (SIGTERM) rather than failing: then stop deletes
-	// the node's slices unless a successor serves them.
-	leaving bool
 }
 
 // start brings the plugin up step by step; whatever started before a failing step is left to
@@ -231,18 +229,14 @@ func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupS
 }
 
 // stop ends whatever start got running, in one order: first what changes the published devices
-// (the watcher, then the helper: its sockets go and its slice controller stops writing), then,
-// when the plugin is leaving, the slices; the HTTP endpoints last, so probes and metrics answer
-// throughout.
-func (p *instance) stop(logger klog.Logger) {
+// (the watcher, then the helper: its sockets go and its slice controller stops writing; the slices
+// stay), the HTTP endpoints last, so probes and metrics answer throughout.
+func (p *instance) stop() {
 	if p.stopWatcher != nil {
 		p.stopWatcher()
 	}
 	if p.helper != nil {
 		p.helper.Stop()
-		if p.leaving {
-			deleteSlicesUnlessSuccessor(p.o, p.resourceClient, logger)
-		}
 	}
 	if p.stopHealth != nil {
 		p.stopHealth()
@@ -250,29 +244,6 @@ func (p *instance) stop(logger klog.Logger) {
 	if p.stopMetrics != nil {
 		p.stopMetrics()
 	}
-}
-
-// deleteSlicesUnlessSuccessor runs after the helper stopped. It uses a fresh context: the main one
-// is already canceled.
-func deleteSlicesUnlessSuccessor(o Options, slices plugin.SliceClient, logger klog.Logger) {
-	timeout := o.ShutdownTimeout
-	if timeout == 0 {
-		timeout = 20 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), timeout)
-	defer cancel()
-	if o.PodUID != "" {
-		if socket, ok := plugin.SuccessorRunning(ctx, o.DataDir(), plugin.DRASocketName(o.PodUID)); ok {
-			logger.Info("Rolling-update successor is serving; leaving ResourceSlices to it", "successorSocket", socket)
-			return
-		}
-	}
-	n, err := plugin.DeleteSlices(ctx, slices, o.DriverName, o.NodeName)
-	if err != nil {
-		logger.Error(err, "Deleting this node's ResourceSlices failed; the chart's pre-delete hook removes leftovers")
-		return
-	}
-	logger.Info("Deleted this node's ResourceSlices", "count", n)
 }
 
 // kubeletSupportsRollingUpdate: two plugin instances side by side need kubelet 1.33+. An unknown

@@ -83,6 +83,8 @@ func TestFlags(t *testing.T) {
 		{name: "node groups", args: []string{"--node-groups=/etc/gpu-dra/groups.yaml", "--node-groups-poll-interval=1s"}, wantFile: "/etc/gpu-dra/groups.yaml", wantPoll: time.Second},
 		// The previous chart's flags, during a mixed rollout.
 		{name: "deprecated names", args: []string{"--inventory-config=/etc/gpu-dra/inventory.yaml", "--inventory-poll-interval=2s"}, wantFile: "/etc/gpu-dra/inventory.yaml", wantPoll: 2 * time.Second},
+		// Bounded the slice cleanup on SIGTERM, which is gone; a manifest that sets it still starts.
+		{name: "retired flag", args: []string{"--shutdown-timeout=30s"}, wantPoll: 10 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,8 +33,6 @@ type Options struct {
 	CDIRoot        string
 	HealthAddr     string
 	MetricsAddr    string
-	// ShutdownTimeout bounds the slice cleanup after SIGTERM.
-	ShutdownTimeout time.Duration
 	// KubeAPIQPS and KubeAPIBurst limit the client. Every NodePrepareResources reads its claims
 	// from the API server; client-go's default of 5 QPS would add 200ms to each prepare once the
 	// burst is spent.
@@ -76,13 +74,13 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "Directory for CDI spec files; the container runtime must read it.")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "Address of the liveness endpoint /healthz; empty disables it.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address of the Prometheus endpoint /metrics; empty disables it.")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "Bound on ResourceSlice cleanup after SIGTERM (default 20s).")
 	fs.DurationVar(&o.NodeGroupsPollInterval, "node-groups-poll-interval", o.NodeGroupsPollInterval, "How often --node-groups is re-read; a change re-publishes the node's devices.")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (each prepare reads its claims).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
 	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "Delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook).")
 	flagalias.Deprecated(fs, "inventory-config", "node-groups")
 	flagalias.Deprecated(fs, "inventory-poll-interval", "node-groups-poll-interval")
+	flagalias.Retired(fs, "shutdown-timeout", "the plugin no longer deletes its node's ResourceSlices on SIGTERM")
 }
 
 // Validate names the flag to fix.

@@ -47,6 +47,29 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// Read sees what Load sees and leaves a damaged file where it is: it looks at a file the plugin owns.
+func TestRead(t *testing.T) {
+	s := newStore(t.TempDir())
+	if got, err := Read(s.Path()); err != nil || len(got.Claims) != 0 {
+		t.Fatalf("Read of a missing checkpoint = %v, %v; want empty", got, err)
+	}
+	if err := s.Save(sample()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Read(s.Path()); err != nil || !reflect.DeepEqual(got, sample()) {
+		t.Errorf("Read = %+v, %v; want %+v", got, err, sample())
+	}
+	if err := os.WriteFile(s.Path(), []byte("{broken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(s.Path()); err == nil || !strings.Contains(err.Error(), s.Path()) {
+		t.Errorf("Read of a damaged file = %v, want an error naming it", err)
+	}
+	if raw, _ := os.ReadFile(s.Path()); string(raw) != "{broken" {
+		t.Errorf("Read changed the damaged file: %q", raw)
+	}
+}
+
 // TestSaveReplacesAtomically checks the mechanics that make Save crash-safe: the new content goes to
 // a new inode that is renamed over the old name (a reader holding the old file keeps seeing the old
 // content in full), and no temp file is left behind.

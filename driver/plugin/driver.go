@@ -1,6 +1,6 @@
 // Package plugin implements the kubelet side of the driver: the kubeletplugin.DRAPlugin that
 // prepares and unprepares claims (CDI spec + checkpoint), publishing the node's devices as
-// ResourceSlices, reconciliation on start and slice cleanup on shutdown.
+// ResourceSlices, reconciliation on start and the uninstall hook's slice cleanup.
 package plugin
 
 import (
@@ -113,7 +113,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	data, err := d.loadCheckpoint()
+	data, err := d.loadCheckpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	}
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	data, err := d.loadCheckpoint()
+	data, err := d.loadCheckpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -254,12 +254,12 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return result, nil
 }
 
-// loadCheckpoint and saveCheckpoint count failures in the errors metric, so an alert sees a
-// failing disk before the kubelet's retries do.
-func (d *Driver) loadCheckpoint() (*checkpoint.Data, error) {
-	data, err := d.store.Load()
+// loadCheckpoint is what is prepared, rebuilt first if the checkpoint turned out corrupt
+// (loadState). loadState and saveCheckpoint count failures in the errors metric, so an alert sees
+// a failing disk before the kubelet's retries do.
+func (d *Driver) loadCheckpoint(ctx context.Context) (*checkpoint.Data, error) {
+	data, _, err := d.loadState(ctx)
 	if err != nil {
-		d.metrics.Error("checkpoint")
 		return nil, fmt.Errorf("load checkpoint: %w", err)
 	}
 	return data, nil

@@ -258,18 +258,6 @@ func TestPrepareEmptyIsNoop(t *testing.T) {
 	}
 }
 
-func TestPrepareCorruptCheckpointFails(t *testing.T) {
-	h := newHarness(t)
-	_, ctx := ktesting.NewTestContext(t)
-	if err := os.WriteFile(h.store.Path(), []byte("{broken"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := h.driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("u", "c", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-0")})})
-	if err == nil || !strings.Contains(err.Error(), h.store.Path()) {
-		t.Fatalf("prepare on corrupt checkpoint = %v, want an error naming %s", err, h.store.Path())
-	}
-}
-
 func TestPrepareRefusesDeviceInUse(t *testing.T) {
 	h := newHarness(t)
 	_, ctx := ktesting.NewTestContext(t)

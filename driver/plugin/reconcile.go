@@ -49,8 +49,7 @@ type ReconcileResult struct {
 
 // Reconcile makes the CDI directory and the checkpoint agree again after a crash or restart, then
 // drops claims that no longer exist. Rules:
-//   - a corrupt checkpoint is moved aside and reported; the CDI specs, which carry their claim's
-//     checkpoint entry (see package cdi), become the record of what is prepared;
+//   - a corrupt checkpoint is moved aside, reported and rebuilt from the CDI specs (loadState);
 //   - entries from an earlier boot are dropped (their specs become orphans and are removed);
 //   - an entry without its spec gets the spec rewritten (the entry is the commit point of prepare);
 //   - a spec without an entry is removed (its prepare never committed; the kubelet retries);
@@ -70,16 +69,12 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 	if err := d.store.RemoveStaleTemps(); err != nil {
 		logger.Error(err, "Removing stale checkpoint temp files failed")
 	}
-	data, err := d.store.Load()
-	var corrupt *checkpoint.CorruptError
-	switch {
-	case errors.As(err, &corrupt) && data != nil:
-		d.metrics.Error("checkpoint")
-		logger.Error(corrupt, "Checkpoint is corrupt; rebuilding from CDI specs", "path", corrupt.Path, "movedTo", corrupt.MovedTo)
-		res.Corrupt = corrupt
-	case err != nil:
-		d.metrics.Error("checkpoint")
+	data, rebuilt, err := d.loadState(ctx)
+	if err != nil {
 		return nil, err
+	}
+	if rebuilt != nil {
+		res.Corrupt, res.Recovered, res.RemovedOrphans = rebuilt.corrupt, rebuilt.recovered, rebuilt.removed
 	}
 	changed := false
 	if d.store.FromEarlierBoot(data) {
@@ -98,18 +93,6 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 	haveSpec := make(map[types.UID]bool, len(specs))
 	for _, uid := range specs {
 		haveSpec[uid] = true
-	}
-	if res.Corrupt != nil {
-		for _, uid := range specs {
-			c, err := d.cdi.Read(uid)
-			if err != nil {
-				logger.Error(err, "Unreadable CDI spec cannot be recovered; removing it", "uid", uid)
-				continue
-			}
-			data.Claims[uid] = c
-			res.Recovered = append(res.Recovered, uid)
-			changed = true
-		}
 	}
 	for uid, c := range data.Claims {
 		if !haveSpec[uid] {
@@ -143,7 +126,7 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 			res.Unprepared = append(res.Unprepared, uid)
 		}
 	}
-	if changed || res.Corrupt != nil {
+	if changed {
 		if err := d.saveCheckpoint(data); err != nil {
 			return nil, fmt.Errorf("reconcile: %w", err)
 		}
@@ -159,6 +142,58 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 		"restoredSpecs", len(res.RestoredSpecs), "removedOrphans", len(res.RemovedOrphans), "unprepared", len(res.Unprepared),
 		"rebooted", len(res.Rebooted))
 	return res, nil
+}
+
+// rebuilt says what loadState recovered from the CDI specs.
+type rebuilt struct {
+	corrupt   *checkpoint.CorruptError
+	recovered []types.UID
+	// removed are specs that name no claim this plugin can recover.
+	removed []types.UID
+}
+
+// loadState reads what is prepared: the checkpoint, or, when the store finds it corrupt and moves
+// it aside, the CDI specs, each of which carries its claim's checkpoint entry (see package cdi).
+// Until that rebuild is saved, what is prepared is unknown, and nothing may be answered: a lost
+// checkpoint taken for an empty one lets a second claim have a GPU that a running container holds,
+// and makes every spec prepared before it look like an orphan on the next start. It is the one path
+// from unknown to known state, at start (Reconcile) and whenever a prepare or unprepare finds the
+// checkpoint damaged; callers hold the serialization lock.
+func (d *Driver) loadState(ctx context.Context) (*checkpoint.Data, *rebuilt, error) {
+	data, err := d.store.Load()
+	if err == nil {
+		return data, nil, nil
+	}
+	d.metrics.Error("checkpoint")
+	var corrupt *checkpoint.CorruptError
+	if !errors.As(err, &corrupt) || data == nil {
+		return nil, nil, err
+	}
+	logger := klog.FromContext(ctx)
+	logger.Error(corrupt, "Checkpoint is corrupt; rebuilding from CDI specs", "path", corrupt.Path, "movedTo", corrupt.MovedTo)
+	specs, err := d.cdi.List()
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &rebuilt{corrupt: corrupt}
+	for _, uid := range specs {
+		c, err := d.cdi.Read(uid)
+		if err != nil {
+			logger.Error(err, "Unreadable CDI spec cannot be recovered; removing it", "uid", uid)
+			if err := d.cdi.Remove(uid); err != nil {
+				return nil, nil, err
+			}
+			r.removed = append(r.removed, uid)
+			continue
+		}
+		data.Claims[uid] = c
+		r.recovered = append(r.recovered, uid)
+	}
+	if err := d.saveCheckpoint(data); err != nil {
+		return nil, nil, fmt.Errorf("rebuild from CDI specs: %w", err)
+	}
+	logger.Info("Rebuilt prepared claims from CDI specs", "recovered", len(r.recovered), "removedUnreadable", len(r.removed))
+	return data, r, nil
 }
 
 func lock(path string) (func(), error) {

@@ -1,15 +1,12 @@
 package plugin
 
 import (
-	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
-	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
@@ -187,54 +183,4 @@ func TestReconcileKeepsClaimsOnAPIErrors(t *testing.T) {
 	if res.Prepared != 1 || len(res.Unprepared) != 0 {
 		t.Errorf("result %+v, want the claim kept", res)
 	}
-}
-
-type emptyDRA struct {
-	drapbv1.UnimplementedDRAPluginServer
-}
-
-func (emptyDRA) NodePrepareResources(context.Context, *drapbv1.NodePrepareResourcesRequest) (*drapbv1.NodePrepareResourcesResponse, error) {
-	return &drapbv1.NodePrepareResourcesResponse{}, nil
-}
-
-func serveDRA(t *testing.T, path string) func() {
-	t.Helper()
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	drapbv1.RegisterDRAPluginServer(srv, emptyDRA{})
-	go func() { _ = srv.Serve(ln) }()
-	return srv.Stop
-}
-
-func TestSuccessorRunning(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
-	own := DRASocketName("old-pod")
-	stopOwn := serveDRA(t, filepath.Join(dir, own))
-	defer stopOwn()
-	if _, ok := SuccessorRunning(ctx, dir, own); ok {
-		t.Fatal("own socket counted as successor")
-	}
-	// A socket file left behind by a killed instance: nobody listens.
-	stale := filepath.Join(dir, DRASocketName("dead-pod"))
-	ln, err := net.Listen("unix", stale)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	_ = ln.Close()
-	if _, err := os.Stat(stale); err != nil {
-		t.Fatalf("stale socket file should remain: %v", err)
-	}
-	if _, ok := SuccessorRunning(ctx, dir, own); ok {
-		t.Fatal("stale socket counted as successor")
-	}
-	stop := serveDRA(t, filepath.Join(dir, DRASocketName("new-pod")))
-	if sock, ok := SuccessorRunning(ctx, dir, own); !ok || filepath.Base(sock) != DRASocketName("new-pod") {
-		t.Fatalf("successor not detected: %q %v", sock, ok)
-	}
-	stop()
 }

@@ -32,6 +32,8 @@ type Cluster struct {
 	NodeName string
 	// K8sBin holds the cluster's own binaries (kubectl, dra-test-driver) on a local cluster.
 	K8sBin string
+	// CRIEndpoint is the local node's container runtime (for crictl).
+	CRIEndpoint string
 }
 
 // Setup returns the cluster, or skips loudly without one — except in CI (CI=true), where a missing
@@ -55,11 +57,12 @@ func Setup(t *testing.T) *Cluster {
 		t.Fatal(err)
 	}
 	return &Cluster{
-		Kubeconfig: kc,
-		Clientset:  cs,
-		Local:      os.Getenv("GPU_DRA_LOCAL_CLUSTER") == "1",
-		NodeName:   os.Getenv("GPU_DRA_NODE_NAME"),
-		K8sBin:     os.Getenv("GPU_DRA_K8S_BIN"),
+		Kubeconfig:  kc,
+		Clientset:   cs,
+		Local:       os.Getenv("GPU_DRA_LOCAL_CLUSTER") == "1",
+		NodeName:    os.Getenv("GPU_DRA_NODE_NAME"),
+		K8sBin:      os.Getenv("GPU_DRA_K8S_BIN"),
+		CRIEndpoint: os.Getenv("GPU_DRA_CRI_ENDPOINT"),
 	}
 }
 

@@ -52,8 +52,13 @@ var gpuEnv = regexp.MustCompile(`^GPU_DEVICE_[0-9]+=`)
 // GPUEnv is the GPU_DEVICE_<i>=gpu-<i> lines a pod's first container sees, sorted.
 func (c *Cluster) GPUEnv(t *testing.T, ns, pod string) []string {
 	t.Helper()
+	return GPUEnvOf(c.Kubectl(t, "-n", ns, "exec", pod, "--", "env"))
+}
+
+// GPUEnvOf picks the GPU_DEVICE_<i>=gpu-<i> lines out of env's output, sorted.
+func GPUEnvOf(env string) []string {
 	var out []string
-	for _, kv := range strings.Split(c.Kubectl(t, "-n", ns, "exec", pod, "--", "env"), "\n") {
+	for _, kv := range strings.Split(env, "\n") {
 		if gpuEnv.MatchString(kv) {
 			out = append(out, strings.TrimSpace(kv))
 		}

@@ -1,6 +1,7 @@
 // Package flagalias keeps a renamed flag's old name working for a while: setting the old name
 // sets the new flag and logs one line saying it is deprecated, so that a rollout mixing the old
-// chart with a new binary (or the other way round) still starts.
+// chart with a new binary (or the other way round) still starts. A flag whose job went away is
+// kept the same way, accepted and without effect.
 package flagalias
 
 import (
@@ -35,4 +36,22 @@ func (a *alias) String() string {
 func (a *alias) Set(s string) error {
 	klog.Background().Info("Flag is deprecated; use its new name", "flag", "--"+a.old, "newFlag", "--"+a.current)
 	return a.target.Set(s)
+}
+
+// Retired registers name on fs as a flag that is accepted and does nothing; setting it logs one
+// line saying why.
+func Retired(fs *flag.FlagSet, name, why string) {
+	fs.Var(&retired{name: name, why: why}, name, "Deprecated, no effect: "+why+".")
+}
+
+type retired struct {
+	name, why, value string
+}
+
+func (r *retired) String() string { return r.value }
+
+func (r *retired) Set(s string) error {
+	klog.Background().Info("Flag is deprecated and has no effect", "flag", "--"+r.name, "reason", r.why)
+	r.value = s
+	return nil
 }

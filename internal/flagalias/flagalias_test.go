@@ -78,3 +78,30 @@ func bufferedLogger(t *testing.T) (klog.Logger, interface{ String() string }) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	return logger, logger.GetSink().(ktesting.Underlier).GetBuffer()
 }
+
+func TestRetired(t *testing.T) {
+	logger, buffer := bufferedLogger(t)
+	klog.SetLogger(logger)
+	defer klog.ClearLogger()
+
+	var poll time.Duration
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var help strings.Builder
+	fs.SetOutput(&help)
+	fs.DurationVar(&poll, "poll", 10*time.Second, "")
+	Retired(fs, "timeout", "nothing is cleaned up any more")
+	if err := fs.Parse([]string{"--timeout=20s", "--poll=1s"}); err != nil {
+		t.Fatal(err)
+	}
+	if poll != time.Second {
+		t.Errorf("poll %v, want 1s", poll)
+	}
+	logs := buffer.String()
+	if n := strings.Count(logs, "Flag is deprecated and has no effect"); n != 1 || !strings.Contains(logs, `flag="--timeout"`) || !strings.Contains(logs, "nothing is cleaned up any more") {
+		t.Errorf("want one line naming the flag and why:\n%s", logs)
+	}
+	fs.PrintDefaults()
+	if !strings.Contains(help.String(), "Deprecated, no effect: nothing is cleaned up any more.") {
+		t.Errorf("help:\n%s", help.String())
+	}
+}
