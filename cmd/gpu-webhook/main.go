@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	opts := server.DefaultOptions()
+	opts := server.NewOptions()
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	klog.InitFlags(fs)
 	opts.AddFlags(fs)

@@ -104,7 +104,7 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 
 	wio := srv.Env.WebhookInstallOptions
 	probe := freeAddr(t)
-	opts := DefaultOptions()
+	opts := NewOptions()
 	opts.NodeGroupsFile = "testdata/inventory-config.yaml"
 	opts.CertDir = wio.LocalServingCertDir
 	opts.Host = wio.LocalServingHost

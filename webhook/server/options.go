@@ -36,8 +36,8 @@ type Options struct {
 	Deny []claimvalidation.Rule
 }
 
-// DefaultOptions returns the chart's defaults.
-func DefaultOptions() *Options {
+// NewOptions returns the chart's defaults.
+func NewOptions() *Options {
 	return &Options{
 		DriverName:             deviceschema.DefaultDriverName,
 		CertDir:                "/tmp/k8s-webhook-server/serving-certs",

@@ -38,7 +38,7 @@ func TestFlags(t *testing.T) {
 		{name: "unknown rule", args: []string{"--deny=typo"}, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := DefaultOptions()
+			o := NewOptions()
 			fs := flag.NewFlagSet("test", flag.ContinueOnError)
 			fs.SetOutput(new(discard))
 			o.AddFlags(fs)
@@ -51,7 +51,7 @@ func TestFlags(t *testing.T) {
 			}
 		})
 	}
-	o := DefaultOptions()
+	o := NewOptions()
 	o.Port = 0
 	if err := o.Validate(); err == nil {
 		t.Fatal("port 0 accepted")
@@ -113,7 +113,7 @@ func TestCertificateReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	port, _ := strconv.Atoi(portStr)
-	o := DefaultOptions()
+	o := NewOptions()
 	o.CertDir, o.Host, o.Port = dir, host, port
 	o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0"
 	// No API server is needed: nothing here reads from it.

@@ -1,6 +1,11 @@
 // Package v1alpha1 holds the opaque device configuration of this driver (GpuConfig), its defaults,
 // strict decoding and validation. The kubelet plugin applies it and the webhook validates it with the
 // same code, so a config the webhook admits is a config the plugin can prepare.
+//
+// It lives under driver/ although the webhook and kubectl dra import it: the driver owns this API
+// (gpu.resource.example.com, what the plugin prepares), the others are its validators, as every
+// Kubernetes component imports k8s.io/api. It is not under internal/ because it is a public contract:
+// users write it in claims and DeviceClasses, and other Go programs may build or check it.
 package v1alpha1
 
 import (
