@@ -39,6 +39,10 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	if len(spec.Devices.Requests) == 0 {
 		return "", nil
 	}
+	if err := wellFormed(spec); err != nil {
+		klog.FromContext(ctx).V(2).Info("Feasibility check skipped: malformed claim", "err", err)
+		return "", nil
+	}
 	var verdictKey string
 	if data, err := json.Marshal(spec); err == nil {
 		verdictKey = namespace + "\x00" + string(data)
@@ -303,6 +307,9 @@ func splitQualified(q string) (string, string) {
 }
 
 func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec) (bool, error) {
+	if err := wellFormed(spec); err != nil {
+		return false, err
+	}
 	state := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
