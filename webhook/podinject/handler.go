@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/singleflight"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -102,6 +104,9 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(namespace, pod.name()))
 	ctx = klog.NewContext(ctx, logger)
+	if resp, gone := expired(ctx); gone {
+		return resp
+	}
 
 	want, errs := h.opts.parseRequest(annotations)
 	containers, cerrs := h.opts.chosenContainers(pod)
@@ -122,6 +127,9 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 
 	warnings := h.opts.unknownAnnotations(annotations)
+	if resp, gone := expired(ctx); gone {
+		return resp
+	}
 	more, err := h.validate(ctx, template)
 	if err != nil {
 		return admission.Denied(fmt.Sprintf("the GPU request of annotation %s is not valid: %v", h.opts.annotation(annCount), err)).WithWarnings(warnings...)
@@ -130,6 +138,9 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	// Dry-run promises no side effects (the configuration says sideEffects: NoneOnDryRun); the pod
 	// is not stored either, so nothing will look for the template.
 	if dryRun == nil || !*dryRun {
+		if resp, gone := expired(ctx); gone {
+			return resp.WithWarnings(warnings...)
+		}
 		if err := h.ensure(ctx, template); err != nil {
 			logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
 			return admission.Errored(http.StatusInternalServerError, err).WithWarnings(warnings...)
@@ -141,6 +152,15 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	logger.V(3).Info("Injecting GPU claim", "template", klog.KObj(template), "count", want.Count, "containers", len(p.containers))
 	return admission.Patched("injected the GPU claim", ops...).WithWarnings(warnings...)
+}
+
+// expired answers a review whose deadline passed or whose caller left: the API server no longer
+// waits for the answer, so nothing more is worth doing, least of all creating a template.
+func expired(ctx context.Context) (admission.Response, bool) {
+	if ctx.Err() == nil {
+		return admission.Response{}, false
+	}
+	return admission.Errored(http.StatusRequestTimeout, fmt.Errorf("gave up on the review: %w", context.Cause(ctx))), true
 }
 
 // template is options.template, cached by request; each caller gets its own copy.
@@ -204,6 +224,26 @@ func (h *Handler) validate(ctx context.Context, template *resourceapi.ResourceCl
 	return v.([]string), nil
 }
 
+// Bounds of a denial's message: a forged review can carry thousands of bad fields, each quoting a
+// value of any length, and a message is for a person to read.
+const (
+	maxErrors       = 10
+	maxMessageBytes = 4 << 10
+)
+
 func denied(errs field.ErrorList) admission.Response {
-	return admission.Denied(errs.ToAggregate().Error())
+	// Formatting an error costs as much as its value is long: count the rest, do not format it.
+	agg := errs[:min(len(errs), maxErrors)].ToAggregate()
+	if len(errs) > maxErrors {
+		agg = utilerrors.NewAggregate(append(agg.Errors(), fmt.Errorf("and %d more errors", len(errs)-maxErrors)))
+	}
+	msg := agg.Error()
+	if len(msg) > maxMessageBytes {
+		cut := maxMessageBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = fmt.Sprintf("%s... (%d bytes more)", msg[:cut], len(msg)-cut)
+	}
+	return admission.Denied(msg)
 }

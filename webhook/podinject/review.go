@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -52,6 +54,11 @@ type reviewRequest[O any] struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	logger := klog.FromContext(r.Context()).WithValues("webhook", Path)
 	ctx := klog.NewContext(r.Context(), logger)
+	if d := reviewTimeout(r.URL.RawQuery); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
 	review, code, err := readPodReview(r)
 	var resp admission.Response
 	switch {
@@ -79,6 +86,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewEncoder(w).Encode(out); err != nil {
 		logger.Error(err, "Writing the AdmissionReview response failed")
 	}
+}
+
+// reviewTimeout is how long the API server waits for the answer: it sends its webhook timeout as
+// the timeout query parameter (a Go duration, "10s"). Zero when absent or unreadable.
+func reviewTimeout(rawQuery string) time.Duration {
+	for param := range strings.SplitSeq(rawQuery, "&") {
+		if value, ok := strings.CutPrefix(param, "timeout="); ok {
+			if d, err := time.ParseDuration(value); err == nil {
+				return d
+			}
+		}
+	}
+	return 0
 }
 
 // readPodReview reads the body; on error it returns the HTTP status that names the problem.
