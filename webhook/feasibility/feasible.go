@@ -49,7 +49,9 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec)
-	if verdictKey != "" && cacheable {
+	// Nothing learnt under an ended context is a verdict: an interrupted evaluation looks exactly
+	// like one that found no device.
+	if verdictKey != "" && cacheable && ctx.Err() == nil {
 		s.verdicts.Add(verdictKey, msg)
 	}
 	return msg, nil
@@ -78,6 +80,10 @@ func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string,
 		}
 	}
 
+	if ctx.Err() != nil {
+		logger.V(2).Info("Feasibility check ran out of time matching devices; no verdict", "err", context.Cause(ctx))
+		return "", false
+	}
 	candidates := candidateNodes(s, spec, alts)
 	tried := map[string]bool{}
 	var lastErr error
@@ -171,7 +177,9 @@ func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs [
 			}
 		}
 	}
-	s.matchResults.Add(exprKey, dm)
+	if ctx.Err() == nil { // else some groups were not evaluated, only interrupted
+		s.matchResults.Add(exprKey, dm)
+	}
 	return dm
 }
 
@@ -212,6 +220,11 @@ func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d *
 			ok = false
 			break
 		}
+	}
+	if ctx.Err() != nil {
+		// The evaluation may have been interrupted: its "no" is not the selectors' answer, and
+		// this cache outlives Invalidate.
+		return false
 	}
 	v.matchMu.Lock()
 	if len(v.matches) > maxMatches {
