@@ -2,6 +2,7 @@ package feasibility
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -39,10 +40,16 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	if len(spec.Devices.Requests) == 0 {
 		return "", nil
 	}
-	var verdictKey string
+	// Verdicts are remembered by a digest of the question: a key is then 32 bytes however large
+	// the claim, and a cached verdict keeps nothing of it.
+	var verdictKey *[sha256.Size]byte
 	if data, err := json.Marshal(spec); err == nil {
-		verdictKey = namespace + "\x00" + string(data)
-		if msg, ok := s.verdicts.Get(verdictKey); ok {
+		h := sha256.New()
+		h.Write([]byte(namespace))
+		h.Write([]byte{0})
+		h.Write(data)
+		verdictKey = (*[sha256.Size]byte)(h.Sum(nil))
+		if msg, ok := s.verdicts.Get(*verdictKey); ok {
 			return msg.(string), nil
 		}
 	}
@@ -51,8 +58,8 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec)
 	// Nothing learnt under an ended context is a verdict: an interrupted evaluation looks exactly
 	// like one that found no device.
-	if verdictKey != "" && cacheable && ctx.Err() == nil {
-		s.verdicts.Add(verdictKey, msg)
+	if verdictKey != nil && cacheable && ctx.Err() == nil {
+		s.verdicts.Add(*verdictKey, msg)
 	}
 	return msg, nil
 }
@@ -159,7 +166,15 @@ type deviceMatches struct {
 }
 
 func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs []celcheck.Ref, opaque bool) *deviceMatches {
-	exprKey := strings.Join(exprs, "\x00\x00") + "\x00\x01" + refsKey(refs, opaque) + "\x00\x01"
+	// Keyed by a digest, as verdicts are: the selectors can be up to 10 KB each.
+	h := sha256.New()
+	for _, e := range exprs {
+		h.Write([]byte(e))
+		h.Write([]byte{0, 0})
+	}
+	h.Write([]byte{0, 1})
+	h.Write([]byte(refsKey(refs, opaque)))
+	exprKey := string(h.Sum(nil))
 	if dm, ok := s.matchResults.Get(exprKey); ok {
 		return dm.(*deviceMatches)
 	}

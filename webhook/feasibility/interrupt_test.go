@@ -2,11 +2,14 @@ package feasibility
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	runtimeapi "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
@@ -63,4 +66,36 @@ func TestInterruptedIsNotCached(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCachesKeepNoSpec: verdicts are remembered by a digest of the question, so what the caches
+// keep does not grow with the size of the claims asked about (they used to keep each whole spec,
+// as JSON, 1024 of them per published state).
+func TestCachesKeepNoSpec(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	view := New(testCluster(), celcheck.New(driver, deviceschema.DeviceSchema()))
+	view.timeout = time.Minute
+	const n, size = 50, 64 << 10
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu"}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver:     driver,
+				Parameters: runtimeapi.RawExtension{Raw: []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", size)))},
+			}}}},
+		}}
+		resourceversion.Default(spec)
+		if msg, err := view.Unsatisfiable(ctx, "default", spec); err != nil || msg != "" {
+			t.Fatalf("claim %d: %q (%v), want satisfiable", i, msg, err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if kept := int(after.HeapAlloc) - int(before.HeapAlloc); kept > n*size/4 {
+		t.Errorf("the caches keep %d bytes after %d questions about %d-byte claims", kept, n, size)
+	}
+	runtime.KeepAlive(view)
 }
