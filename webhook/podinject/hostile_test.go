@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -185,5 +187,68 @@ func TestDeniedBounds(t *testing.T) {
 	one := field.ErrorList{field.Invalid(path.Index(0), "x", "reserved")}
 	if msg := denied(one).Result.Message; msg != one.ToAggregate().Error() {
 		t.Errorf("one error: %q, want it as before", msg)
+	}
+}
+
+// TestStalledBodiesHoldNoMemory: a review is read as it arrives, never sized from what its
+// Content-Length announces: 40 requests that announce 7 MB and send nothing held 280 MiB.
+func TestStalledBodiesHoldNoMemory(t *testing.T) {
+	h := mustHandler(t)
+	const n = 40
+	var reading, done sync.WaitGroup
+	release := make(chan struct{})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		reading.Add(1)
+		done.Go(func() {
+			r := httptest.NewRequest(http.MethodPost, Path, &stalledBody{reading: &reading, release: release})
+			r.Header.Set("Content-Type", "application/json")
+			r.ContentLength = maxReviewSize
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		})
+	}
+	reading.Wait()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	close(release)
+	done.Wait()
+	if held := int(after.HeapAlloc) - int(before.HeapAlloc); held > 4<<20 {
+		t.Errorf("%d requests that sent no body hold %d bytes", n, held)
+	}
+}
+
+// stalledBody is a request body that never arrives: its first Read reports that the handler is
+// reading, then waits for release.
+type stalledBody struct {
+	reading *sync.WaitGroup
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *stalledBody) Read([]byte) (int, error) {
+	b.once.Do(b.reading.Done)
+	<-b.release
+	return 0, io.ErrUnexpectedEOF
+}
+
+// TestPooledBodyIsNotAliased: the buffer a review was read into is reused for the next one; what
+// was decoded from it must not change when that happens.
+func TestPooledBodyIsNotAliased(t *testing.T) {
+	read := func(ns, container string) *podReview {
+		pod := []byte(`{"metadata":{"name":"p","namespace":"` + ns + `","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"` + container + `"}]}}`)
+		review, _, err := readPodReview(httpReview("application/json", reviewBody(t, admissionv1.SchemeGroupVersion.String(), admissionRequest(t, admissionv1.Create, false, pod))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review
+	}
+	first := read("first-namespace", "first-container")
+	for range 10 {
+		read("other-namespace", "other-container")
+	}
+	if got := first.Request.Object; got.Metadata.Namespace != "first-namespace" || got.Spec.Containers[0].Name != "first-container" || first.Request.Namespace != "first-namespace" {
+		t.Errorf("a decoded review changed when its buffer was reused: %+v", got)
 	}
 }

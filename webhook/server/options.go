@@ -31,6 +31,8 @@ type Options struct {
 	HealthProbeBindAddress string
 	MetricsBindAddress     string
 	Resync                 time.Duration
+	// Timeouts of the webhook server's connections.
+	Timeouts Timeouts
 
 	// Deny lists the rules whose findings reject instead of warn.
 	Deny []claimvalidation.Rule
@@ -46,6 +48,7 @@ func NewOptions() *Options {
 		Port:                   9443,
 		HealthProbeBindAddress: ":8081",
 		MetricsBindAddress:     ":8080",
+		Timeouts:               DefaultTimeouts(),
 	}
 }
 

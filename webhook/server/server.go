@@ -24,8 +24,8 @@ import (
 )
 
 // NewManager creates the manager with the webhook server, probes and metrics configured from o.
-// controller-runtime's webhook server watches CertDir and serves renewed certificates without a
-// restart.
+// The webhook server watches CertDir and serves renewed certificates without a restart, and bounds
+// every connection by o.Timeouts.
 func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -38,14 +38,14 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 		Scheme:                 scheme,
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		WebhookServer: webhook.NewServer(webhook.Options{
+		WebhookServer: newWebhookServer(webhook.Options{
 			Host:     o.Host,
 			Port:     o.Port,
 			CertDir:  o.CertDir,
 			CertName: o.CertName,
 			KeyName:  o.KeyName,
 			TLSOpts:  certs.TLSOpts(),
-		}),
+		}, o.Timeouts),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
