@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -101,6 +102,12 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	if namespace == "" {
 		namespace = pod.Metadata.Namespace
+	}
+	switch {
+	case namespace == "":
+		return admission.Denied("the review names no namespace; the API server always names the pod's")
+	case slices.Contains(h.opts.excluded, namespace):
+		return admission.Denied(fmt.Sprintf("namespace %s is excluded from GPU injection by the webhook configuration, whose namespaceSelector keeps its pods from ever being sent here; create GPU pods in another namespace", namespace))
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(namespace, pod.name()))
 	ctx = klog.NewContext(ctx, logger)

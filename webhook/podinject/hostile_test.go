@@ -252,3 +252,50 @@ func TestPooledBodyIsNotAliased(t *testing.T) {
 		t.Errorf("a decoded review changed when its buffer was reused: %+v", got)
 	}
 }
+
+// TestExcludedNamespaces: a review for a namespace the webhook configuration excludes can only
+// have been posted straight to the Service (anyone in the cluster can): it is denied and nothing is
+// created there. So is a review that names no namespace at all.
+func TestExcludedNamespaces(t *testing.T) {
+	podIn := func(ns string) []byte {
+		return []byte(`{"metadata":{"name":"p","namespace":"` + ns + `","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`)
+	}
+	for _, tc := range []struct {
+		name, requestNS string
+		pod             []byte
+		want            string // the denial; "" for injected
+	}{
+		{"kube-system", "kube-system", podIn("kube-system"), "namespace kube-system is excluded from GPU injection by the webhook configuration, whose namespaceSelector keeps its pods from ever being sent here; create GPU pods in another namespace"},
+		{"the release namespace", "gpu-dra", podIn("gpu-dra"), "namespace gpu-dra is excluded from GPU injection by the webhook configuration, whose namespaceSelector keeps its pods from ever being sent here; create GPU pods in another namespace"},
+		{"only the pod names it", "", podIn("kube-system"), "namespace kube-system is excluded from GPU injection by the webhook configuration, whose namespaceSelector keeps its pods from ever being sent here; create GPU pods in another namespace"},
+		{"no namespace", "", podIn(""), "the review names no namespace; the API server always names the pod's"},
+		{"another namespace", "team-a", podIn("team-a"), ""},
+	} {
+		for _, dryRun := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/dryRun=%t", tc.name, dryRun), func(t *testing.T) {
+				client := &fakeClient{}
+				h, err := NewHandler(client, WithExcludedNamespaces("kube-system", "gpu-dra"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := admissionRequest(t, admissionv1.Create, dryRun, tc.pod)
+				req.Namespace = tc.requestNS
+				for name, serve := range servers(h) {
+					resp := review(t, serve, admissionv1.SchemeGroupVersion.String(), req)
+					if tc.want == "" {
+						if !resp.Allowed || len(resp.Patch) == 0 {
+							t.Errorf("%s: not injected: %+v", name, resp.Result)
+						}
+						continue
+					}
+					if resp.Allowed || resp.Result.Code != http.StatusForbidden || resp.Result.Message != tc.want {
+						t.Errorf("%s: allowed=%t %+v, want denied: %s", name, resp.Allowed, resp.Result, tc.want)
+					}
+				}
+				if tc.want != "" && client.calls != 0 {
+					t.Errorf("templates ensured: %q", client.names())
+				}
+			})
+		}
+	}
+}

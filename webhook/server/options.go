@@ -36,6 +36,9 @@ type Options struct {
 
 	// Deny lists the rules whose findings reject instead of warn.
 	Deny []claimvalidation.Rule
+	// ExcludedNamespaces are those the webhook configurations' namespaceSelector excludes; pod
+	// injection refuses reviews for them (only a client other than the API server sends one).
+	ExcludedNamespaces []string
 }
 
 // NewOptions returns the chart's defaults.
@@ -65,6 +68,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz and /readyz")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (0 disables)")
 	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0: none)")
+	fs.Func("excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(s string) error {
+		for ns := range strings.SplitSeq(s, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				o.ExcludedNamespaces = append(o.ExcludedNamespaces, ns)
+			}
+		}
+		return nil
+	})
 	fs.Func("deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(s string) error {
 		rules, err := claimvalidation.ParseRules(s)
 		if err != nil {

@@ -84,6 +84,7 @@ func Setup(mgr manager.Manager, o *Options) error {
 		podinject.WithDriverName(o.DriverName),
 		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
 		podinject.WithValidator(validator),
+		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
 	)
 	if err != nil {
 		return fmt.Errorf("pod injection: %w", err)

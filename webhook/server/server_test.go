@@ -52,6 +52,15 @@ func TestFlags(t *testing.T) {
 		})
 	}
 	o := NewOptions()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--excluded-namespaces=kube-system, gpu-dra,", "--excluded-namespaces=more"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"kube-system", "gpu-dra", "more"}; !reflect.DeepEqual(o.ExcludedNamespaces, want) {
+		t.Errorf("excluded namespaces %q, want %q", o.ExcludedNamespaces, want)
+	}
+	o = NewOptions()
 	o.Port = 0
 	if err := o.Validate(); err == nil {
 		t.Fatal("port 0 accepted")
