@@ -35,6 +35,8 @@ type Handler struct {
 	// fifth of the handler's time).
 	ensured, verdicts, templates *cache.LRUExpireCache
 	inflight                     singleflight.Group
+	// sharedTimeout bounds work shared by concurrent reviews (maxReviewTimeout; tests shorten it).
+	sharedTimeout time.Duration
 }
 
 var _ admission.Handler = &Handler{}
@@ -47,6 +49,9 @@ const (
 	// namespaces × distinct requests is small in practice, but a hostile user could vary the
 	// model annotation endlessly.
 	maxCacheEntries = 10000
+	// maxReviewTimeout is the longest an API server waits for a webhook (timeoutSeconds is at most
+	// 30): no shared work needs to outlive it.
+	maxReviewTimeout = 30 * time.Second
 )
 
 // NewHandler returns a Handler that creates templates through client.
@@ -64,11 +69,12 @@ func newHandler(client TemplateClient, clk cache.Clock, opts ...Option) (*Handle
 		return nil, fmt.Errorf("podinject: %w", err)
 	}
 	return &Handler{
-		opts:      o,
-		client:    client,
-		ensured:   cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
-		verdicts:  cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
-		templates: cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		opts:          o,
+		client:        client,
+		ensured:       cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		verdicts:      cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		templates:     cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		sharedTimeout: maxReviewTimeout,
 	}, nil
 }
 
@@ -149,6 +155,14 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 			return resp.WithWarnings(warnings...)
 		}
 		if err := h.ensure(ctx, template); err != nil {
+			if resp, gone := expired(ctx); gone {
+				return resp.WithWarnings(warnings...)
+			}
+			var refused *RefusedError
+			if errors.As(err, &refused) {
+				logger.V(2).Info("Refusing managed ResourceClaimTemplate", "template", klog.KObj(template), "reason", refused.Reason)
+				return admission.Denied(refused.Reason).WithWarnings(warnings...)
+			}
 			logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
 			return admission.Errored(http.StatusInternalServerError, err).WithWarnings(warnings...)
 		}
@@ -191,14 +205,14 @@ func (h *Handler) template(namespace string, want Request) (*resourceapi.Resourc
 	return t, nil
 }
 
-// ensure creates the template once per namespace and TTL; concurrent pods asking for the same one
-// share one API request.
+// ensure creates the template once per namespace and TTL, or until the template is deleted
+// (Forget); concurrent pods asking for the same one share one API request.
 func (h *Handler) ensure(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error {
 	key := template.Namespace + "/" + template.Name
 	if _, ok := h.ensured.Get(key); ok {
 		return nil
 	}
-	_, err, _ := h.inflight.Do("ensure/"+key, func() (any, error) {
+	_, err := h.shared(ctx, "ensure/"+key, func(ctx context.Context) (any, error) {
 		if err := h.client.EnsureTemplate(ctx, template); err != nil {
 			return nil, err
 		}
@@ -206,6 +220,13 @@ func (h *Handler) ensure(ctx context.Context, template *resourceapi.ResourceClai
 		return nil, nil
 	})
 	return err
+}
+
+// Forget drops what the handler remembers of a managed template: call it when the template is
+// deleted (APIClient.OnDelete), so that the next pod asking for it creates it again at once
+// instead of getting a claim from a template that is gone.
+func (h *Handler) Forget(namespace, name string) {
+	h.ensured.Remove(namespace + "/" + name)
 }
 
 // validate runs the optional Validator; its verdict depends on the template's content only, which
@@ -217,18 +238,38 @@ func (h *Handler) validate(ctx context.Context, template *resourceapi.ResourceCl
 	if warnings, ok := h.verdicts.Get(template.Name); ok {
 		return warnings.([]string), nil
 	}
-	v, err, _ := h.inflight.Do("validate/"+template.Name, func() (any, error) {
+	v, err := h.shared(ctx, "validate/"+template.Name, func(ctx context.Context) (any, error) {
 		warnings, err := h.opts.validator.ValidateTemplate(ctx, template)
 		if err != nil {
 			return nil, err
 		}
-		h.verdicts.Add(template.Name, warnings, cacheTTL)
+		// A validation its context cut short may have missed what it looks for.
+		if ctx.Err() == nil {
+			h.verdicts.Add(template.Name, warnings, cacheTTL)
+		}
 		return warnings, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return v.([]string), nil
+}
+
+// shared runs fn once for all concurrent callers of key. fn's context is its own, bounded by
+// maxReviewTimeout, not the first caller's: a caller whose review times out or is abandoned must not
+// fail the others waiting for the same work. Each caller waits as long as its own context allows.
+func (h *Handler) shared(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error) {
+	done := h.inflight.DoChan(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.sharedTimeout)
+		defer cancel()
+		return fn(ctx)
+	})
+	select {
+	case r := <-done:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("gave up waiting for %s: %w", key, context.Cause(ctx))
+	}
 }
 
 // Bounds of a denial's message: a forged review can carry thousands of bad fields, each quoting a

@@ -12,6 +12,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/flagalias"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
 // Paths the handlers are served on.
@@ -39,19 +40,22 @@ type Options struct {
 	// ExcludedNamespaces are those the webhook configurations' namespaceSelector excludes; pod
 	// injection refuses reviews for them (only a client other than the API server sends one).
 	ExcludedNamespaces []string
+	// MaxTemplatesPerNamespace bounds the managed templates pod injection creates in a namespace.
+	MaxTemplatesPerNamespace int
 }
 
 // NewOptions returns the chart's defaults.
 func NewOptions() *Options {
 	return &Options{
-		DriverName:             deviceschema.DefaultDriverName,
-		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
-		CertName:               "tls.crt",
-		KeyName:                "tls.key",
-		Port:                   9443,
-		HealthProbeBindAddress: ":8081",
-		MetricsBindAddress:     ":8080",
-		Timeouts:               DefaultTimeouts(),
+		DriverName:               deviceschema.DefaultDriverName,
+		CertDir:                  "/tmp/k8s-webhook-server/serving-certs",
+		CertName:                 "tls.crt",
+		KeyName:                  "tls.key",
+		Port:                     9443,
+		HealthProbeBindAddress:   ":8081",
+		MetricsBindAddress:       ":8080",
+		Timeouts:                 DefaultTimeouts(),
+		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
 	}
 }
 
@@ -76,6 +80,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.IntVar(&o.MaxTemplatesPerNamespace, "max-templates-per-namespace", o.MaxTemplatesPerNamespace, "most managed ResourceClaimTemplates pod injection creates in one namespace (one per distinct count, model and memory asked for); a pod needing one more is denied")
 	fs.Func("deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(s string) error {
 		rules, err := claimvalidation.ParseRules(s)
 		if err != nil {
@@ -100,6 +105,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 func (o *Options) Validate() error {
 	if o.DriverName == "" {
 		return fmt.Errorf("--driver-name: required, e.g. gpu.example.com")
+	}
+	if o.MaxTemplatesPerNamespace < 1 {
+		return fmt.Errorf("--max-templates-per-namespace: %d; use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace)
 	}
 	if o.Port <= 0 || o.Port > 65535 {
 		return fmt.Errorf("--port: %d is not a port; use 1..65535, e.g. 9443", o.Port)

@@ -59,7 +59,8 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 // RBAC the service account needs:
 //   - resource.k8s.io resourceslices, deviceclasses: list, watch (every served version)
 //   - "" nodes: list, watch
-//   - resource.k8s.io resourceclaimtemplates: get, create (managed templates of annotated pods)
+//   - resource.k8s.io resourceclaimtemplates: get, list, watch, create (managed templates of
+//     annotated pods; watched to count them per namespace and check their specs)
 func Setup(mgr manager.Manager, o *Options) error {
 	invCfg, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
@@ -80,7 +81,14 @@ func Setup(mgr manager.Manager, o *Options) error {
 		return fmt.Errorf("add informers: %w", err)
 	}
 
-	injector, err := podinject.NewHandler(podinject.NewAPIClient(cs),
+	templates := podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		templates.Run(ctx)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add managed template informer: %w", err)
+	}
+	injector, err := podinject.NewHandler(templates,
 		podinject.WithDriverName(o.DriverName),
 		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
 		podinject.WithValidator(validator),
@@ -89,6 +97,7 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("pod injection: %w", err)
 	}
+	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
 	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
 	srv.Register(podinject.Path, injector)
@@ -102,6 +111,9 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
 		if !informers.HasSynced() {
 			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
+		}
+		if !templates.HasSynced() {
+			return errors.New("managed ResourceClaimTemplates not listed yet")
 		}
 		return nil
 	}); err != nil {
