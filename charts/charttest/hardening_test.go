@@ -357,3 +357,38 @@ func TestNetworkPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestExcludedNamespacesFlag: the webhook is told exactly the namespaces every webhook entry's
+// namespaceSelector excludes, so that it refuses reviews for them (only a client other than the API
+// server sends one) from the same list.
+func TestExcludedNamespacesFlag(t *testing.T) {
+	r := mustRender(t, capabilities(t, clusters[1]), nil)
+	var flagged []string
+	for _, arg := range renderedPods(t, r)["webhook"].Spec.Containers[0].Command {
+		if v, ok := strings.CutPrefix(arg, "--excluded-namespaces="); ok {
+			flagged = append(flagged, strings.Split(v, ",")...)
+		}
+	}
+	if want := []string{"kube-system", releaseNS}; !slices.Equal(flagged, want) {
+		t.Errorf("--excluded-namespaces lists %q, want %q", flagged, want)
+	}
+	var selectors []*metav1.LabelSelector
+	m, _ := r.find("ValidatingWebhookConfiguration", "")
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	decode(t, m, &vwc)
+	for _, w := range vwc.Webhooks {
+		selectors = append(selectors, w.NamespaceSelector)
+	}
+	m, _ = r.find("MutatingWebhookConfiguration", "")
+	var mwc admissionregistrationv1.MutatingWebhookConfiguration
+	decode(t, m, &mwc)
+	for _, w := range mwc.Webhooks {
+		selectors = append(selectors, w.NamespaceSelector)
+	}
+	for i, sel := range selectors {
+		if sel == nil || len(sel.MatchExpressions) != 1 || sel.MatchExpressions[0].Key != "kubernetes.io/metadata.name" ||
+			sel.MatchExpressions[0].Operator != metav1.LabelSelectorOpNotIn || !slices.Equal(sel.MatchExpressions[0].Values, flagged) {
+			t.Errorf("webhook entry %d: namespaceSelector %+v, want NotIn %q", i, sel, flagged)
+		}
+	}
+}

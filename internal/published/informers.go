@@ -25,8 +25,11 @@ type Informers struct {
 	onChange               func()
 }
 
-// plainListWatch opts out of watch-list streaming: its initial-events bookmark would have to
-// survive the version conversion, which list+watch does not need.
+// PlainListWatch is lw, a list and watch through the DRA client (k8s.io/dynamic-resource-allocation/
+// client), opted out of watch-list streaming: its initial-events bookmark would have to survive the
+// version conversion, which list+watch does not need.
+func PlainListWatch(lw *cache.ListWatch) cache.ListerWatcher { return plainListWatch{lw} }
+
 type plainListWatch struct{ *cache.ListWatch }
 
 func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }

@@ -4,6 +4,7 @@
 package celcheck
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strings"
 
@@ -17,12 +18,13 @@ import (
 )
 
 // Checker analyzes selector expressions for one driver. It is safe for concurrent use; analyses
-// are cached by expression because the same few selectors arrive over and over.
+// are cached by the expression's SHA-256 because the same few selectors arrive over and over (a
+// digest, not the expression: what the cache keeps must not grow with what a client sends).
 type Checker struct {
 	driver  string
 	schema  deviceschema.Schema
 	compile func(expr string) dracel.CompilationResult
-	// cache holds analyses by expression (LRU, thread-safe).
+	// cache holds analyses by sha256 of the expression (LRU, thread-safe).
 	cache *lru.Cache
 }
 
@@ -68,11 +70,17 @@ type Analysis struct {
 
 // Analyze compiles and inspects one selector expression. The result is shared; do not modify it.
 func (c *Checker) Analyze(expr string) *Analysis {
-	if v, ok := c.cache.Get(expr); ok {
+	// The API server's limit: a longer expression is never stored, so it is not worth compiling
+	// (only a review sent to the webhook directly can carry one).
+	if len(expr) > resourceapi.CELSelectorExpressionMaxLength {
+		return &Analysis{CompileError: fmt.Sprintf("expression of %d bytes is longer than the %d bytes the API server accepts; shorten it", len(expr), resourceapi.CELSelectorExpressionMaxLength)}
+	}
+	key := sha256.Sum256([]byte(expr))
+	if v, ok := c.cache.Get(key); ok {
 		return v.(*Analysis)
 	}
 	a := c.analyze(expr)
-	c.cache.Add(expr, a)
+	c.cache.Add(key, a)
 	return a
 }
 

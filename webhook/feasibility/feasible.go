@@ -2,6 +2,7 @@ package feasibility
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -43,18 +44,26 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 		klog.FromContext(ctx).V(2).Info("Feasibility check skipped: malformed claim", "err", err)
 		return "", nil
 	}
-	var verdictKey string
+	// Verdicts are remembered by a digest of the question: a key is then 32 bytes however large
+	// the claim, and a cached verdict keeps nothing of it.
+	var verdictKey *[sha256.Size]byte
 	if data, err := json.Marshal(spec); err == nil {
-		verdictKey = namespace + "\x00" + string(data)
-		if msg, ok := s.verdicts.Get(verdictKey); ok {
+		h := sha256.New()
+		h.Write([]byte(namespace))
+		h.Write([]byte{0})
+		h.Write(data)
+		verdictKey = (*[sha256.Size]byte)(h.Sum(nil))
+		if msg, ok := s.verdicts.Get(*verdictKey); ok {
 			return msg.(string), nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec)
-	if verdictKey != "" && cacheable {
-		s.verdicts.Add(verdictKey, msg)
+	// Nothing learnt under an ended context is a verdict: an interrupted evaluation looks exactly
+	// like one that found no device.
+	if verdictKey != nil && cacheable && ctx.Err() == nil {
+		s.verdicts.Add(*verdictKey, msg)
 	}
 	return msg, nil
 }
@@ -82,6 +91,10 @@ func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string,
 		}
 	}
 
+	if ctx.Err() != nil {
+		logger.V(2).Info("Feasibility check ran out of time matching devices; no verdict", "err", context.Cause(ctx))
+		return "", false
+	}
 	candidates := candidateNodes(s, spec, alts)
 	tried := map[string]bool{}
 	var lastErr error
@@ -157,7 +170,15 @@ type deviceMatches struct {
 }
 
 func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs []celcheck.Ref, opaque bool) *deviceMatches {
-	exprKey := strings.Join(exprs, "\x00\x00") + "\x00\x01" + refsKey(refs, opaque) + "\x00\x01"
+	// Keyed by a digest, as verdicts are: the selectors can be up to 10 KB each.
+	h := sha256.New()
+	for _, e := range exprs {
+		h.Write([]byte(e))
+		h.Write([]byte{0, 0})
+	}
+	h.Write([]byte{0, 1})
+	h.Write([]byte(refsKey(refs, opaque)))
+	exprKey := string(h.Sum(nil))
 	if dm, ok := s.matchResults.Get(exprKey); ok {
 		return dm.(*deviceMatches)
 	}
@@ -175,7 +196,9 @@ func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs [
 			}
 		}
 	}
-	s.matchResults.Add(exprKey, dm)
+	if ctx.Err() == nil { // else some groups were not evaluated, only interrupted
+		s.matchResults.Add(exprKey, dm)
+	}
 	return dm
 }
 
@@ -216,6 +239,11 @@ func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d *
 			ok = false
 			break
 		}
+	}
+	if ctx.Err() != nil {
+		// The evaluation may have been interrupted: its "no" is not the selectors' answer, and
+		// this cache outlives Invalidate.
+		return false
 	}
 	v.matchMu.Lock()
 	if len(v.matches) > maxMatches {

@@ -47,7 +47,7 @@ type View struct {
 	snap *snapshot
 
 	matchMu sync.RWMutex
-	// matches caches selector verdicts by (selectors, device values the selectors read); the
+	// matches caches selector verdicts by (digest of the selectors, device values they read); the
 	// answer depends on nothing else, so it survives inventory changes. Cleared when it reaches
 	// maxMatches rather than LRU-evicted: an LRU's per-entry bookkeeping would outweigh these
 	// one-bool entries under the webhook's memory limit, and refilling costs one CEL evaluation per

@@ -100,7 +100,9 @@ func (o options) parseCount(value string) (int, error) {
 
 // chosenContainers returns the indexes of the app containers that get the GPUs: those the
 // containers annotation names, or all of them. Init containers never get them: they run before the
-// app and would hold the devices for nothing.
+// app and would hold the devices for nothing. Wrong names are reported in at most two errors (unknown
+// names, init containers), each listing the names once and at most maxListed of them: the cost of
+// a denial must not grow with the product of the names and the containers.
 func (o options) chosenContainers(pod *podView) ([]int, field.ErrorList) {
 	key := o.annotation(annContainers)
 	value, ok := pod.Metadata.Annotations[key]
@@ -111,36 +113,106 @@ func (o options) chosenContainers(pod *podView) ([]int, field.ErrorList) {
 		}
 		return all, nil
 	}
-	appNames := make([]string, len(pod.Spec.Containers))
-	for i, c := range pod.Spec.Containers {
-		appNames[i] = c.Name
-	}
-	these := "its containers are: " + strings.Join(appNames, ", ")
-
+	app, isInit := containerIndex(pod.Spec.Containers), containerIndex(pod.Spec.InitContainers)
 	var chosen []int
-	var errs field.ErrorList
+	var unknown, init []string
+	var seen map[string]bool // wrong names already reported; allocated on the first one
 	for name := range strings.SplitSeq(value, ",") {
 		name = strings.TrimSpace(name)
 		if name == "" {
 			continue
 		}
-		if i := slices.Index(appNames, name); i >= 0 {
+		if i := app(name); i >= 0 {
 			if !slices.Contains(chosen, i) {
 				chosen = append(chosen, i)
 			}
 			continue
 		}
-		if slices.ContainsFunc(pod.Spec.InitContainers, func(c containerView) bool { return c.Name == name }) {
-			errs = append(errs, invalid(key, value, fmt.Sprintf("%q is an init container; GPUs go to app containers only; %s", name, these)))
+		if seen[name] {
 			continue
 		}
-		errs = append(errs, invalid(key, value, fmt.Sprintf("no container %q in this pod; %s", shorten(name), these)))
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[name] = true
+		if isInit(name) >= 0 {
+			init = append(init, name)
+		} else {
+			unknown = append(unknown, name)
+		}
+	}
+	var errs field.ErrorList
+	if len(init) > 0 {
+		what := "is an init container"
+		if len(init) > 1 {
+			what = "are init containers"
+		}
+		errs = append(errs, invalid(key, value, fmt.Sprintf("%s %s; GPUs go to app containers only; %s", listNames(init, true), what, appContainers(pod))))
+	}
+	if len(unknown) > 0 {
+		what := "no container"
+		if len(unknown) > 1 {
+			what = "no containers"
+		}
+		errs = append(errs, invalid(key, value, fmt.Sprintf("%s %s in this pod; %s", what, listNames(unknown, true), appContainers(pod))))
 	}
 	if len(chosen) == 0 && len(errs) == 0 {
-		errs = append(errs, invalid(key, value, "names no container; list app containers separated by commas, or remove the annotation to give GPUs to all; "+these))
+		errs = append(errs, invalid(key, value, "names no container; list app containers separated by commas, or remove the annotation to give GPUs to all; "+appContainers(pod)))
 	}
 	slices.Sort(chosen)
 	return chosen, errs
+}
+
+// containerIndex returns a lookup of a container's index by name, -1 for none. Pods have a few
+// containers, which a scan finds fastest; a map keeps a forged pod with thousands of them, named
+// thousands of times, linear.
+func containerIndex(containers []containerView) func(name string) int {
+	if len(containers) <= 8 {
+		return func(name string) int {
+			return slices.IndexFunc(containers, func(c containerView) bool { return c.Name == name })
+		}
+	}
+	index := make(map[string]int, len(containers))
+	for i := len(containers) - 1; i >= 0; i-- { // the first of equal names wins, as in a scan
+		index[containers[i].Name] = i
+	}
+	return func(name string) int {
+		if i, ok := index[name]; ok {
+			return i
+		}
+		return -1
+	}
+}
+
+// maxListed is how many names a message lists before it says how many more there are.
+const maxListed = 10
+
+// appContainers names the pod's app containers for a message.
+func appContainers(pod *podView) string {
+	names := make([]string, len(pod.Spec.Containers))
+	for i, c := range pod.Spec.Containers {
+		names[i] = c.Name
+	}
+	return "its containers are: " + listNames(names, false)
+}
+
+// listNames lists at most maxListed names, each shortened, quoted or not, then how many more.
+func listNames(names []string, quote bool) string {
+	var b strings.Builder
+	for i, n := range names[:min(len(names), maxListed)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if quote {
+			b.WriteString(strconv.Quote(shorten(n)))
+		} else {
+			b.WriteString(shorten(n))
+		}
+	}
+	if len(names) > maxListed {
+		fmt.Fprintf(&b, " and %d more", len(names)-maxListed)
+	}
+	return b.String()
 }
 
 // unknownAnnotations warns about keys under the prefix that nothing reads: a typo such as

@@ -2,10 +2,12 @@ package podinject
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -19,7 +21,8 @@ import (
 // TemplateClient makes sure a managed ResourceClaimTemplate exists in its namespace.
 type TemplateClient interface {
 	// EnsureTemplate creates the template unless one with its name exists. An existing template
-	// that the webhook does not manage is an error: pods must not get someone else's devices.
+	// that the webhook does not manage, or whose spec is not this one, is a *RefusedError: pods
+	// must not get someone else's devices.
 	EnsureTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error
 }
 
@@ -33,8 +36,11 @@ type Validator interface {
 // APIClient writes templates through the API server, in the newest resource.k8s.io version it
 // serves: the DRA client tries v1 first and falls back to v1beta2 and v1beta1, converting, so a
 // 1.32 cluster gets v1beta1 objects and a cluster upgraded to 1.34 gets v1 ones from then on.
+// It watches the managed templates (Run): a template is trusted only with the spec the webhook
+// writes, and a namespace gets at most a bounded number of them.
 type APIClient struct {
 	templates func(namespace string) templateInterface
+	managed   *managedTemplates
 }
 
 // templateInterface is the part of the typed client APIClient uses.
@@ -43,20 +49,67 @@ type templateInterface interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*resourceapi.ResourceClaimTemplate, error)
 }
 
-// NewAPIClient returns the TemplateClient of a real cluster. RBAC: resource.k8s.io
-// resourceclaimtemplates get and create.
-func NewAPIClient(clientset kubernetes.Interface) *APIClient {
-	c := draclient.New(clientset)
-	return &APIClient{templates: func(ns string) templateInterface { return c.ResourceClaimTemplates(ns) }}
+// ClientOption configures an APIClient.
+type ClientOption func(*clientOptions)
+
+type clientOptions struct{ maxPerNamespace int }
+
+// WithMaxTemplatesPerNamespace bounds the managed templates in one namespace (default
+// DefaultMaxTemplatesPerNamespace); a pod that would need one more is denied.
+func WithMaxTemplatesPerNamespace(n int) ClientOption {
+	return func(o *clientOptions) { o.maxPerNamespace = n }
 }
 
-// EnsureTemplate creates first and looks only on conflict: the common case of a template that
-// exists costs one request either way, and a missing one costs no failed Get (which the DRA client
-// would retry in every API version).
+// NewAPIClient returns the TemplateClient of a real cluster; Run must be running for
+// EnsureTemplate to answer. RBAC: resource.k8s.io resourceclaimtemplates get, list, watch, create.
+func NewAPIClient(clientset kubernetes.Interface, opts ...ClientOption) *APIClient {
+	o := clientOptions{maxPerNamespace: DefaultMaxTemplatesPerNamespace}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := draclient.New(clientset)
+	return &APIClient{
+		templates: func(ns string) templateInterface { return c.ResourceClaimTemplates(ns) },
+		managed:   newManagedTemplates(c, o.maxPerNamespace),
+	}
+}
+
+// Run watches the managed templates until ctx ends.
+func (c *APIClient) Run(ctx context.Context) { c.managed.run(ctx) }
+
+// HasSynced reports whether the managed templates have been listed.
+func (c *APIClient) HasSynced() bool { return c.managed.informer.HasSynced() }
+
+// OnDelete calls f with every managed template deleted from the cluster (Handler.Forget).
+func (c *APIClient) OnDelete(f func(namespace, name string)) { c.managed.onDelete(f) }
+
+// RefusedError is an EnsureTemplate failure that no retry mends: the pod is denied with its
+// message, which says what to change.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return e.Reason }
+
+// errNotSynced is what EnsureTemplate answers before the managed templates are listed: neither
+// what exists nor how many there are is known yet. Readiness waits for the list.
+var errNotSynced = errors.New("managed ResourceClaimTemplates not listed yet; try again")
+
+// EnsureTemplate looks in what the watch shows first: an existing template costs no request. A
+// missing one is created within the namespace's bound; AlreadyExists (another replica, or a
+// template the watch has not shown yet) is read back and checked like a watched one.
 func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error {
+	if !c.HasSynced() {
+		return errNotSynced
+	}
+	if existing := c.managed.get(template.Namespace, template.Name); existing != nil {
+		return checkSpec(existing, template)
+	}
+	release, err := c.managed.reserve(template.Namespace, template.Name)
+	if err != nil {
+		return err
+	}
 	logger := klog.FromContext(ctx)
 	templates := c.templates(template.Namespace)
-	err := retry.OnError(createBackoff, transient, func() error {
+	err = retry.OnError(createBackoff, transient, func() error {
 		_, err := templates.Create(ctx, template, metav1.CreateOptions{})
 		return err
 	})
@@ -64,6 +117,7 @@ func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.Re
 		logger.V(2).Info("Created managed ResourceClaimTemplate", "template", klog.KObj(template))
 		return nil
 	}
+	release()
 	if !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ResourceClaimTemplate %s/%s: %w", template.Namespace, template.Name, err)
 	}
@@ -72,10 +126,21 @@ func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.Re
 		return fmt.Errorf("get existing ResourceClaimTemplate %s/%s: %w", template.Namespace, template.Name, err)
 	}
 	if existing.Labels[ManagedByLabel] != ManagedBy {
-		return fmt.Errorf("ResourceClaimTemplate %s/%s exists but is not managed by %s (label %s=%s missing); delete or rename it",
-			template.Namespace, template.Name, ManagedBy, ManagedByLabel, ManagedBy)
+		return &RefusedError{Reason: fmt.Sprintf("ResourceClaimTemplate %s/%s exists but is not managed by %s (label %s=%s missing); delete or rename it",
+			template.Namespace, template.Name, ManagedBy, ManagedByLabel, ManagedBy)}
 	}
-	return nil
+	return checkSpec(existing, template)
+}
+
+// checkSpec trusts an existing managed template only with the spec the webhook writes for its
+// name. Anyone who may create templates in the namespace can create one under a managed name and
+// label: with another spec it would capture every pod that asks for these GPUs.
+func checkSpec(existing, want *resourceapi.ResourceClaimTemplate) error {
+	if equality.Semantic.DeepEqual(existing.Spec, want.Spec) {
+		return nil
+	}
+	return &RefusedError{Reason: fmt.Sprintf("ResourceClaimTemplate %s/%s is labelled %s=%s but its spec is not the one the webhook writes for this request, so pods must not use it; delete it (kubectl -n %s delete resourceclaimtemplate %s) and the webhook creates it again",
+		want.Namespace, want.Name, ManagedByLabel, ManagedBy, want.Namespace, want.Name)}
 }
 
 // createBackoff bounds the retries of a transient failure to about 1.5 s, well inside the

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
 func testTemplate(t testing.TB, ns string) *resourceapi.ResourceClaimTemplate {
@@ -31,12 +32,26 @@ func testTemplate(t testing.TB, ns string) *resourceapi.ResourceClaimTemplate {
 	return tmpl
 }
 
+// runAPIClient runs c's watch of the managed templates for the test and waits until it listed
+// them, as the webhook's readiness does.
+func runAPIClient(t testing.TB, c *APIClient) *APIClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
+		t.Fatal("managed templates never listed")
+	}
+	return c
+}
+
 // checkEnsureTemplate is shared by the unit test (fake clientset) and the integration test (real
 // API server, every served version).
 func checkEnsureTemplate(t *testing.T, cs kubernetes.Interface, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	c := NewAPIClient(cs)
+	c := runAPIClient(t, NewAPIClient(cs))
 	tmpl := testTemplate(t, ns)
 	for i := range 2 { // the second call meets AlreadyExists, as a second webhook replica would
 		if err := c.EnsureTemplate(ctx, tmpl.DeepCopy()); err != nil {
@@ -98,7 +113,7 @@ func TestEnsureTemplateRetriesTransientErrors(t *testing.T) {
 				}
 				return false, nil, nil
 			})
-			err := NewAPIClient(cs).EnsureTemplate(context.Background(), testTemplate(t, "ns"))
+			err := runAPIClient(t, NewAPIClient(cs)).EnsureTemplate(context.Background(), testTemplate(t, "ns"))
 			if calls != tc.wantCalls {
 				t.Errorf("%d creates, want %d", calls, tc.wantCalls)
 			}

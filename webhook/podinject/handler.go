@@ -8,14 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/singleflight"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -32,6 +35,8 @@ type Handler struct {
 	// fifth of the handler's time).
 	ensured, verdicts, templates *cache.LRUExpireCache
 	inflight                     singleflight.Group
+	// sharedTimeout bounds work shared by concurrent reviews (maxReviewTimeout; tests shorten it).
+	sharedTimeout time.Duration
 }
 
 var _ admission.Handler = &Handler{}
@@ -44,6 +49,9 @@ const (
 	// namespaces × distinct requests is small in practice, but a hostile user could vary the
 	// model annotation endlessly.
 	maxCacheEntries = 10000
+	// maxReviewTimeout is the longest an API server waits for a webhook (timeoutSeconds is at most
+	// 30): no shared work needs to outlive it.
+	maxReviewTimeout = 30 * time.Second
 )
 
 // NewHandler returns a Handler that creates templates through client.
@@ -61,11 +69,12 @@ func newHandler(client TemplateClient, clk cache.Clock, opts ...Option) (*Handle
 		return nil, fmt.Errorf("podinject: %w", err)
 	}
 	return &Handler{
-		opts:      o,
-		client:    client,
-		ensured:   cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
-		verdicts:  cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
-		templates: cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		opts:          o,
+		client:        client,
+		ensured:       cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		verdicts:      cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		templates:     cache.NewLRUExpireCacheWithClock(maxCacheEntries, clk),
+		sharedTimeout: maxReviewTimeout,
 	}, nil
 }
 
@@ -100,8 +109,17 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	if namespace == "" {
 		namespace = pod.Metadata.Namespace
 	}
+	switch {
+	case namespace == "":
+		return admission.Denied("the review names no namespace; the API server always names the pod's")
+	case slices.Contains(h.opts.excluded, namespace):
+		return admission.Denied(fmt.Sprintf("namespace %s is excluded from GPU injection by the webhook configuration, whose namespaceSelector keeps its pods from ever being sent here; create GPU pods in another namespace", namespace))
+	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(namespace, pod.name()))
 	ctx = klog.NewContext(ctx, logger)
+	if resp, gone := expired(ctx); gone {
+		return resp
+	}
 
 	want, errs := h.opts.parseRequest(annotations)
 	containers, cerrs := h.opts.chosenContainers(pod)
@@ -122,6 +140,9 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 
 	warnings := h.opts.unknownAnnotations(annotations)
+	if resp, gone := expired(ctx); gone {
+		return resp
+	}
 	more, err := h.validate(ctx, template)
 	if err != nil {
 		return admission.Denied(fmt.Sprintf("the GPU request of annotation %s is not valid: %v", h.opts.annotation(annCount), err)).WithWarnings(warnings...)
@@ -130,7 +151,18 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	// Dry-run promises no side effects (the configuration says sideEffects: NoneOnDryRun); the pod
 	// is not stored either, so nothing will look for the template.
 	if dryRun == nil || !*dryRun {
+		if resp, gone := expired(ctx); gone {
+			return resp.WithWarnings(warnings...)
+		}
 		if err := h.ensure(ctx, template); err != nil {
+			if resp, gone := expired(ctx); gone {
+				return resp.WithWarnings(warnings...)
+			}
+			var refused *RefusedError
+			if errors.As(err, &refused) {
+				logger.V(2).Info("Refusing managed ResourceClaimTemplate", "template", klog.KObj(template), "reason", refused.Reason)
+				return admission.Denied(refused.Reason).WithWarnings(warnings...)
+			}
 			logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
 			return admission.Errored(http.StatusInternalServerError, err).WithWarnings(warnings...)
 		}
@@ -141,6 +173,15 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	logger.V(3).Info("Injecting GPU claim", "template", klog.KObj(template), "count", want.Count, "containers", len(p.containers))
 	return admission.Patched("injected the GPU claim", ops...).WithWarnings(warnings...)
+}
+
+// expired answers a review whose deadline passed or whose caller left: the API server no longer
+// waits for the answer, so nothing more is worth doing, least of all creating a template.
+func expired(ctx context.Context) (admission.Response, bool) {
+	if ctx.Err() == nil {
+		return admission.Response{}, false
+	}
+	return admission.Errored(http.StatusRequestTimeout, fmt.Errorf("gave up on the review: %w", context.Cause(ctx))), true
 }
 
 // template is options.template, cached by request; each caller gets its own copy.
@@ -164,14 +205,14 @@ func (h *Handler) template(namespace string, want Request) (*resourceapi.Resourc
 	return t, nil
 }
 
-// ensure creates the template once per namespace and TTL; concurrent pods asking for the same one
-// share one API request.
+// ensure creates the template once per namespace and TTL, or until the template is deleted
+// (Forget); concurrent pods asking for the same one share one API request.
 func (h *Handler) ensure(ctx context.Context, template *resourceapi.ResourceClaimTemplate) error {
 	key := template.Namespace + "/" + template.Name
 	if _, ok := h.ensured.Get(key); ok {
 		return nil
 	}
-	_, err, _ := h.inflight.Do("ensure/"+key, func() (any, error) {
+	_, err := h.shared(ctx, "ensure/"+key, func(ctx context.Context) (any, error) {
 		if err := h.client.EnsureTemplate(ctx, template); err != nil {
 			return nil, err
 		}
@@ -179,6 +220,13 @@ func (h *Handler) ensure(ctx context.Context, template *resourceapi.ResourceClai
 		return nil, nil
 	})
 	return err
+}
+
+// Forget drops what the handler remembers of a managed template: call it when the template is
+// deleted (APIClient.OnDelete), so that the next pod asking for it creates it again at once
+// instead of getting a claim from a template that is gone.
+func (h *Handler) Forget(namespace, name string) {
+	h.ensured.Remove(namespace + "/" + name)
 }
 
 // validate runs the optional Validator; its verdict depends on the template's content only, which
@@ -190,12 +238,15 @@ func (h *Handler) validate(ctx context.Context, template *resourceapi.ResourceCl
 	if warnings, ok := h.verdicts.Get(template.Name); ok {
 		return warnings.([]string), nil
 	}
-	v, err, _ := h.inflight.Do("validate/"+template.Name, func() (any, error) {
+	v, err := h.shared(ctx, "validate/"+template.Name, func(ctx context.Context) (any, error) {
 		warnings, err := h.opts.validator.ValidateTemplate(ctx, template)
 		if err != nil {
 			return nil, err
 		}
-		h.verdicts.Add(template.Name, warnings, cacheTTL)
+		// A validation its context cut short may have missed what it looks for.
+		if ctx.Err() == nil {
+			h.verdicts.Add(template.Name, warnings, cacheTTL)
+		}
 		return warnings, nil
 	})
 	if err != nil {
@@ -204,6 +255,43 @@ func (h *Handler) validate(ctx context.Context, template *resourceapi.ResourceCl
 	return v.([]string), nil
 }
 
+// shared runs fn once for all concurrent callers of key. fn's context is its own, bounded by
+// maxReviewTimeout, not the first caller's: a caller whose review times out or is abandoned must not
+// fail the others waiting for the same work. Each caller waits as long as its own context allows.
+func (h *Handler) shared(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error) {
+	done := h.inflight.DoChan(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.sharedTimeout)
+		defer cancel()
+		return fn(ctx)
+	})
+	select {
+	case r := <-done:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("gave up waiting for %s: %w", key, context.Cause(ctx))
+	}
+}
+
+// Bounds of a denial's message: a forged review can carry thousands of bad fields, each quoting a
+// value of any length, and a message is for a person to read.
+const (
+	maxErrors       = 10
+	maxMessageBytes = 4 << 10
+)
+
 func denied(errs field.ErrorList) admission.Response {
-	return admission.Denied(errs.ToAggregate().Error())
+	// Formatting an error costs as much as its value is long: count the rest, do not format it.
+	agg := errs[:min(len(errs), maxErrors)].ToAggregate()
+	if len(errs) > maxErrors {
+		agg = utilerrors.NewAggregate(append(agg.Errors(), fmt.Errorf("and %d more errors", len(errs)-maxErrors)))
+	}
+	msg := agg.Error()
+	if len(msg) > maxMessageBytes {
+		cut := maxMessageBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = fmt.Sprintf("%s... (%d bytes more)", msg[:cut], len(msg)-cut)
+	}
+	return admission.Denied(msg)
 }

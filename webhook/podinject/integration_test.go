@@ -52,6 +52,12 @@ func TestIntegration(t *testing.T) {
 			t.Run("dry-run creates nothing", e.testDryRun)
 			t.Run("bad annotations are denied", e.testDenied)
 			t.Run("existing templates", e.testEnsureExisting)
+			t.Run("a template under a managed name with another spec is refused", func(t *testing.T) {
+				checkCapturedTemplate(t, e.cs, e.namespace(t, "captured"))
+			})
+			t.Run("a deleted template comes back for the next pod", func(t *testing.T) {
+				checkDeletedTemplateComesBack(t, e.cs, e.namespace(t, "deleted"))
+			})
 			// Last: it stops the webhook server.
 			t.Run("webhook down affects annotated pods only", e.testWebhookDown)
 		})
@@ -83,10 +89,7 @@ func startEnv(t *testing.T, runtimeConfig string) *env {
 	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(runtimeConfig), testapiserver.WithWebhooks(envtest.WebhookInstallOptions{
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{config},
 	}))
-	h, err := NewHandler(NewAPIClient(srv.Clientset), WithMaxDevicesPerNode(8))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := clusterHandler(t, srv.Clientset)
 	wo := srv.Env.WebhookInstallOptions
 	return &env{
 		srv:        srv,
@@ -389,7 +392,7 @@ func (e *env) testWebhookDown(t *testing.T) {
 // template under a managed name, and a namespace that does not exist.
 func (e *env) testEnsureExisting(t *testing.T) {
 	checkEnsureTemplate(t, e.cs, e.namespace(t, "existing"))
-	err := NewAPIClient(e.cs).EnsureTemplate(context.Background(), testTemplate(t, "no-such-namespace"))
+	err := runAPIClient(t, NewAPIClient(e.cs)).EnsureTemplate(context.Background(), testTemplate(t, "no-such-namespace"))
 	if err == nil || !strings.Contains(err.Error(), "create ResourceClaimTemplate no-such-namespace/") || !apierrors.IsNotFound(err) {
 		t.Errorf("missing namespace: %v", err)
 	}

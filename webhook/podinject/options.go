@@ -36,6 +36,7 @@ type options struct {
 	driverName string
 	maxPerNode int
 	validator  Validator
+	excluded   []string
 }
 
 // Option configures a Handler.
@@ -53,6 +54,14 @@ func WithMaxDevicesPerNode(n int) Option { return func(o *options) { o.maxPerNod
 // WithValidator runs the template checks of the validating webhook on every template the handler
 // would create, so an injected request can never be one the validating webhook rejects.
 func WithValidator(v Validator) Option { return func(o *options) { o.validator = v } }
+
+// WithExcludedNamespaces names the namespaces the webhook configuration's namespaceSelector
+// excludes (the chart: kube-system and its own). The API server never sends their pods, so a review
+// naming one was posted by someone else, straight to the Service: it is denied before anything,
+// a template least of all, is created there.
+func WithExcludedNamespaces(namespaces ...string) Option {
+	return func(o *options) { o.excluded = append(o.excluded, namespaces...) }
+}
 
 func newOptions(opts []Option) (options, error) {
 	o := options{driverName: deviceschema.DefaultDriverName, maxPerNode: deviceschema.DefaultCount}

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -21,6 +24,12 @@ import (
 
 // maxReviewSize is controller-runtime's limit for an AdmissionReview body.
 const maxReviewSize = 7 << 20
+
+// bodyBuffers are the buffers reviews are read into; the decoded review shares no memory with
+// them. A buffer grown past maxPooledBody by a large review is left to the garbage collector.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBody = 64 << 10
 
 // podReview is the part of an AdmissionReview the handler reads. The pod is decoded in the same
 // pass as the review: controller-runtime's admission.Webhook scans a pod four times (to find the
@@ -52,6 +61,11 @@ type reviewRequest[O any] struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	logger := klog.FromContext(r.Context()).WithValues("webhook", Path)
 	ctx := klog.NewContext(r.Context(), logger)
+	if d := reviewTimeout(r.URL.RawQuery); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
 	review, code, err := readPodReview(r)
 	var resp admission.Response
 	switch {
@@ -81,6 +95,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// reviewTimeout is how long the API server waits for the answer: it sends its webhook timeout as
+// the timeout query parameter (a Go duration, "10s"). Zero when absent or unreadable.
+func reviewTimeout(rawQuery string) time.Duration {
+	for param := range strings.SplitSeq(rawQuery, "&") {
+		if value, ok := strings.CutPrefix(param, "timeout="); ok {
+			if d, err := time.ParseDuration(value); err == nil {
+				return d
+			}
+		}
+	}
+	return 0
+}
+
 // readPodReview reads the body; on error it returns the HTTP status that names the problem.
 func readPodReview(r *http.Request) (*podReview, int32, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
@@ -90,12 +117,16 @@ func readPodReview(r *http.Request) (*podReview, int32, error) {
 		return nil, http.StatusBadRequest, errors.New("empty body: send an AdmissionReview")
 	}
 	defer r.Body.Close()
-	// Sized from Content-Length: io.ReadAll would grow and copy its buffer several times.
-	size := r.ContentLength
-	if size < 0 || size > maxReviewSize {
-		size = 0
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
+	// Read as it arrives into a pooled buffer, never sized from Content-Length: a client that
+	// announces 7 MB and sends nothing must hold nothing. Pooling spares the growing and copying
+	// io.ReadAll would do for every review.
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			bodyBuffers.Put(buf)
+		}
+	}()
 	if _, err := buf.ReadFrom(io.LimitReader(r.Body, maxReviewSize+1)); err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("read AdmissionReview: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/flagalias"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
 // Paths the handlers are served on.
@@ -31,21 +32,30 @@ type Options struct {
 	HealthProbeBindAddress string
 	MetricsBindAddress     string
 	Resync                 time.Duration
+	// Timeouts of the webhook server's connections.
+	Timeouts Timeouts
 
 	// Deny lists the rules whose findings reject instead of warn.
 	Deny []claimvalidation.Rule
+	// ExcludedNamespaces are those the webhook configurations' namespaceSelector excludes; pod
+	// injection refuses reviews for them (only a client other than the API server sends one).
+	ExcludedNamespaces []string
+	// MaxTemplatesPerNamespace bounds the managed templates pod injection creates in a namespace.
+	MaxTemplatesPerNamespace int
 }
 
 // NewOptions returns the chart's defaults.
 func NewOptions() *Options {
 	return &Options{
-		DriverName:             deviceschema.DefaultDriverName,
-		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
-		CertName:               "tls.crt",
-		KeyName:                "tls.key",
-		Port:                   9443,
-		HealthProbeBindAddress: ":8081",
-		MetricsBindAddress:     ":8080",
+		DriverName:               deviceschema.DefaultDriverName,
+		CertDir:                  "/tmp/k8s-webhook-server/serving-certs",
+		CertName:                 "tls.crt",
+		KeyName:                  "tls.key",
+		Port:                     9443,
+		HealthProbeBindAddress:   ":8081",
+		MetricsBindAddress:       ":8080",
+		Timeouts:                 DefaultTimeouts(),
+		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
 	}
 }
 
@@ -62,6 +72,15 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz and /readyz")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (0 disables)")
 	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0: none)")
+	fs.Func("excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(s string) error {
+		for ns := range strings.SplitSeq(s, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				o.ExcludedNamespaces = append(o.ExcludedNamespaces, ns)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&o.MaxTemplatesPerNamespace, "max-templates-per-namespace", o.MaxTemplatesPerNamespace, "most managed ResourceClaimTemplates pod injection creates in one namespace (one per distinct count, model and memory asked for); a pod needing one more is denied")
 	fs.Func("deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(s string) error {
 		rules, err := claimvalidation.ParseRules(s)
 		if err != nil {
@@ -86,6 +105,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 func (o *Options) Validate() error {
 	if o.DriverName == "" {
 		return fmt.Errorf("--driver-name: required, e.g. gpu.example.com")
+	}
+	if o.MaxTemplatesPerNamespace < 1 {
+		return fmt.Errorf("--max-templates-per-namespace: %d; use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace)
 	}
 	if o.Port <= 0 || o.Port > 65535 {
 		return fmt.Errorf("--port: %d is not a port; use 1..65535, e.g. 9443", o.Port)

@@ -24,8 +24,8 @@ import (
 )
 
 // NewManager creates the manager with the webhook server, probes and metrics configured from o.
-// controller-runtime's webhook server watches CertDir and serves renewed certificates without a
-// restart.
+// The webhook server watches CertDir and serves renewed certificates without a restart, and bounds
+// every connection by o.Timeouts.
 func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -38,14 +38,14 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 		Scheme:                 scheme,
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		WebhookServer: webhook.NewServer(webhook.Options{
+		WebhookServer: newWebhookServer(webhook.Options{
 			Host:     o.Host,
 			Port:     o.Port,
 			CertDir:  o.CertDir,
 			CertName: o.CertName,
 			KeyName:  o.KeyName,
 			TLSOpts:  certs.TLSOpts(),
-		}),
+		}, o.Timeouts),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
@@ -59,7 +59,8 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 // RBAC the service account needs:
 //   - resource.k8s.io resourceslices, deviceclasses: list, watch (every served version)
 //   - "" nodes: list, watch
-//   - resource.k8s.io resourceclaimtemplates: get, create (managed templates of annotated pods)
+//   - resource.k8s.io resourceclaimtemplates: get, list, watch, create (managed templates of
+//     annotated pods; watched to count them per namespace and check their specs)
 func Setup(mgr manager.Manager, o *Options) error {
 	invCfg, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
@@ -80,14 +81,23 @@ func Setup(mgr manager.Manager, o *Options) error {
 		return fmt.Errorf("add informers: %w", err)
 	}
 
-	injector, err := podinject.NewHandler(podinject.NewAPIClient(cs),
+	templates := podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		templates.Run(ctx)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add managed template informer: %w", err)
+	}
+	injector, err := podinject.NewHandler(templates,
 		podinject.WithDriverName(o.DriverName),
 		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
 		podinject.WithValidator(validator),
+		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
 	)
 	if err != nil {
 		return fmt.Errorf("pod injection: %w", err)
 	}
+	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
 	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
 	srv.Register(podinject.Path, injector)
@@ -101,6 +111,9 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
 		if !informers.HasSynced() {
 			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
+		}
+		if !templates.HasSynced() {
+			return errors.New("managed ResourceClaimTemplates not listed yet")
 		}
 		return nil
 	}); err != nil {

@@ -52,6 +52,15 @@ func TestFlags(t *testing.T) {
 		})
 	}
 	o := NewOptions()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--excluded-namespaces=kube-system, gpu-dra,", "--excluded-namespaces=more"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"kube-system", "gpu-dra", "more"}; !reflect.DeepEqual(o.ExcludedNamespaces, want) {
+		t.Errorf("excluded namespaces %q, want %q", o.ExcludedNamespaces, want)
+	}
+	o = NewOptions()
 	o.Port = 0
 	if err := o.Validate(); err == nil {
 		t.Fatal("port 0 accepted")
@@ -103,18 +112,16 @@ func servedSerial(addr string, cfg *tls.Config) (int64, error) {
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }
 
-// TestCertificateReload: a renewed certificate in --cert-dir is served without a restart, and
-// the server speaks TLS 1.2+ only.
-func TestCertificateReload(t *testing.T) {
-	dir := t.TempDir()
-	writeCert(t, dir, 1)
+// startWebhookServer starts a manager whose webhook server, configured by o (certificate in
+// o.CertDir), serves only handler at /ping, and returns the server's address once it handshakes.
+func startWebhookServer(t *testing.T, o *Options, handler http.Handler) string {
+	t.Helper()
 	host, portStr, err := net.SplitHostPort(freeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, _ := strconv.Atoi(portStr)
-	o := NewOptions()
-	o.CertDir, o.Host, o.Port = dir, host, port
+	o.Host = host
+	o.Port, _ = strconv.Atoi(portStr)
 	o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0"
 	// No API server is needed: nothing here reads from it.
 	mgr, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, o)
@@ -122,22 +129,37 @@ func TestCertificateReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Setup would also start informers; the server only needs a handler to serve.
-	mgr.GetWebhookServer().Register("/ping", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	mgr.GetWebhookServer().Register("/ping", handler)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		<-done
-	}()
+	})
 	addr := net.JoinHostPort(host, portStr)
-	client := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the test reads the served certificate, it does not trust it
-	waitFor(t, "serial 1", func() bool {
+	waitFor(t, "the webhook server", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("manager stopped: %v", err)
 		default:
 		}
+		_, err := servedSerial(addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only whether it answers
+		return err == nil
+	})
+	return addr
+}
+
+// TestCertificateReload: a renewed certificate in --cert-dir is served without a restart, and
+// the server speaks TLS 1.2+ only.
+func TestCertificateReload(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, 1)
+	o := NewOptions()
+	o.CertDir = dir
+	addr := startWebhookServer(t, o, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	client := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the test reads the served certificate, it does not trust it
+	waitFor(t, "serial 1", func() bool {
 		s, err := servedSerial(addr, client)
 		if err != nil {
 			t.Log(err)

@@ -83,15 +83,24 @@ cluster serves. Every object is written so that it means the same in each versio
 device.driver == {{ .Values.driverName | quote }}
 {{- end }}
 
-{{/* Namespaces the webhooks never see: the control plane's and the driver's own. */}}
+{{/*
+Namespaces the webhooks never see: the control plane's and the driver's own, comma-separated. The
+namespaceSelector excludes them and the webhook is told (--excluded-namespaces), so that a review
+for one, which only a client other than the API server can send, creates nothing there.
+*/}}
+{{- define "gpu-dra.excludedNamespaces" -}}
+{{- join "," (list "kube-system" .Release.Namespace) }}
+{{- end }}
+
 {{- define "gpu-dra.webhookNamespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values:
-        - kube-system
-        - {{ .Release.Namespace }}
+        {{- range splitList "," (include "gpu-dra.excludedNamespaces" .) }}
+        - {{ . }}
+        {{- end }}
 {{- end }}
 
 {{- define "gpu-dra.webhookClientConfig" -}}

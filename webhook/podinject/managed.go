@@ -1,0 +1,135 @@
+package podinject
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	draclient "k8s.io/dynamic-resource-allocation/client"
+	"k8s.io/klog/v2"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/gpu-dra/gpu-dra/internal/published"
+)
+
+// DefaultMaxTemplatesPerNamespace bounds the managed templates of one namespace: each distinct
+// count, model and memory a pod asks for needs its own, and the model annotation takes any string.
+const DefaultMaxTemplatesPerNamespace = 64
+
+// managedTemplates is what the cluster holds of the webhook's templates, from an informer over
+// those labelled managed-by (in any served resource.k8s.io version, as v1), plus the creations
+// still on their way into it. It counts them per namespace for the bound, tells whether a template
+// exists and what it says, and reports deletions.
+type managedTemplates struct {
+	informer cache.SharedIndexInformer
+	max      int
+
+	mu sync.Mutex
+	// pending are templates this replica created or is creating that the informer has not shown
+	// yet, by namespace and name, with when they were reserved: without them a burst of distinct
+	// requests would all pass the bound before the first creation came back through the watch.
+	pending map[string]map[string]time.Time
+}
+
+// pendingTTL forgets a reservation the informer never confirmed (a template created and deleted
+// between two relists): far longer than a watch event takes.
+const pendingTTL = time.Minute
+
+func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTemplates {
+	selector := ManagedByLabel + "=" + ManagedBy
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return dra.ResourceClaimTemplates(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return dra.ResourceClaimTemplates(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}
+	m := &managedTemplates{
+		informer: cache.NewSharedIndexInformer(published.PlainListWatch(lw), &resourceapi.ResourceClaimTemplate{}, 0,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		max:     maxPerNamespace,
+		pending: map[string]map[string]time.Time{},
+	}
+	// SetTransform fails only once the informer runs.
+	_ = m.informer.SetTransform(ctrlcache.TransformStripManagedFields())
+	return m
+}
+
+// onDelete calls f with each managed template deleted from the cluster.
+func (m *managedTemplates) onDelete(f func(namespace, name string)) {
+	_, _ = m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
+					f(ns, name)
+				}
+			}
+		},
+	})
+}
+
+// get returns the managed template as the informer has it, or nil.
+func (m *managedTemplates) get(namespace, name string) *resourceapi.ResourceClaimTemplate {
+	obj, ok, err := m.informer.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	t, _ := obj.(*resourceapi.ResourceClaimTemplate)
+	return t
+}
+
+// reserve admits the creation of namespace/name within the bound, or refuses it. release ends the
+// reservation of a creation that failed; a successful one stays reserved until the informer shows
+// it.
+func (m *managedTemplates) reserve(namespace, name string) (release func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	existing, _ := m.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	names := make(map[string]bool, len(existing))
+	for _, obj := range existing {
+		if t, ok := obj.(*resourceapi.ResourceClaimTemplate); ok {
+			names[t.Name] = true
+		}
+	}
+	pending := m.pending[namespace]
+	for n, at := range pending {
+		if names[n] || time.Since(at) > pendingTTL {
+			delete(pending, n)
+			continue
+		}
+		names[n] = true
+	}
+	if !names[name] && len(names) >= m.max {
+		return nil, &RefusedError{Reason: fmt.Sprintf(
+			"namespace %s has %d ResourceClaimTemplates managed by %s, the most the webhook creates in one namespace (each distinct count, model and memory annotation needs its own); ask for GPUs the way existing pods do, or delete templates no pod uses (kubectl -n %s get resourceclaimtemplates -l %s=%s)",
+			namespace, len(names), ManagedBy, namespace, ManagedByLabel, ManagedBy)}
+	}
+	if pending == nil {
+		pending = map[string]time.Time{}
+		m.pending[namespace] = pending
+	}
+	pending[name] = time.Now()
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.pending[namespace], name)
+		if len(m.pending[namespace]) == 0 {
+			delete(m.pending, namespace)
+		}
+	}, nil
+}
+
+// run runs the informer until ctx ends.
+func (m *managedTemplates) run(ctx context.Context) {
+	klog.FromContext(ctx).V(2).Info("Watching managed ResourceClaimTemplates")
+	m.informer.RunWithContext(ctx)
+}

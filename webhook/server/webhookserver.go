@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+)
+
+// Timeouts bound what one connection to the webhook port may hold. Any pod in the cluster can
+// reach the Service, not only the API server, and controller-runtime's webhook server (which
+// webhook.Options cannot configure) waits 32 s for headers and forever for a body.
+type Timeouts struct {
+	// ReadHeader bounds the TLS handshake and a request's headers; the API server sends both at once.
+	ReadHeader time.Duration
+	// Read bounds a whole request, body included.
+	Read time.Duration
+	// Idle is how long a kept-alive connection waits for its next request.
+	Idle time.Duration
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes int
+}
+
+// DefaultTimeouts are the chart's.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{
+		ReadHeader: 10 * time.Second,
+		// The longest an API server waits for a webhook (timeoutSeconds is at most 30): a request
+		// still arriving after that can no longer be answered in time.
+		Read: 30 * time.Second,
+		// The API server's webhook client keeps idle connections as long (utilnet's transport
+		// defaults), so neither side closes one the other is about to reuse.
+		Idle:           90 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+	}
+}
+
+// webhookServer is controller-runtime's webhook server with Timeouts: handlers are registered
+// through the embedded DefaultServer, which instruments them with the request metrics, onto mux;
+// Start serves mux itself, with the DefaultServer's TLS and certificate reloading but an
+// http.Server of its own.
+type webhookServer struct {
+	webhook.Server
+	opts     webhook.Options
+	timeouts Timeouts
+	started  atomic.Bool
+}
+
+func newWebhookServer(opts webhook.Options, timeouts Timeouts) *webhookServer {
+	opts.WebhookMux = http.NewServeMux()
+	return &webhookServer{Server: webhook.NewServer(opts), opts: opts, timeouts: timeouts}
+}
+
+// Start serves until ctx ends, then shuts down gracefully as controller-runtime's does.
+func (s *webhookServer) Start(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("webhook-server")
+	cfg := &tls.Config{NextProtos: []string{"h2"}}
+	for _, op := range s.opts.TLSOpts {
+		op(cfg)
+	}
+	if cfg.GetCertificate == nil {
+		watcher, err := certwatcher.New(filepath.Join(s.opts.CertDir, s.opts.CertName), filepath.Join(s.opts.CertDir, s.opts.KeyName))
+		if err != nil {
+			return fmt.Errorf("serving certificate: %w", err)
+		}
+		cfg.GetCertificate = watcher.GetCertificate
+		go func() {
+			if err := watcher.Start(ctx); err != nil {
+				logger.Error(err, "Certificate watcher failed")
+			}
+		}()
+	}
+	listener, err := tls.Listen("tcp", s.addr(), cfg)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           s.opts.WebhookMux,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ReadHeaderTimeout: s.timeouts.ReadHeader,
+		ReadTimeout:       s.timeouts.Read,
+		IdleTimeout:       s.timeouts.Idle,
+		MaxHeaderBytes:    s.timeouts.MaxHeaderBytes,
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			logger.Error(err, "Shutting down the webhook server")
+		}
+	}()
+	logger.Info("Serving webhooks", "address", s.addr(), "timeouts", s.timeouts)
+	s.started.Store(true)
+	if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	<-stopped
+	return nil
+}
+
+func (s *webhookServer) addr() string {
+	return net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
+}
+
+// StartedChecker is healthy once the server accepts TLS connections, as controller-runtime's is.
+func (s *webhookServer) StartedChecker() healthz.Checker {
+	return func(*http.Request) error {
+		if !s.started.Load() {
+			return errors.New("webhook server has not been started yet")
+		}
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", s.addr(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only whether it answers
+		if err != nil {
+			return fmt.Errorf("webhook server is not reachable: %w", err)
+		}
+		return conn.Close()
+	}
+}
