@@ -77,14 +77,18 @@ func (m *managedTemplates) onDelete(f func(namespace, name string)) {
 	})
 }
 
-// get returns the managed template as the informer has it, or nil.
+// get returns the managed template as the informer has it, or nil. The label is checked again:
+// the watch's label selector is the API server's to apply, and a watch that does not (client-go's
+// fake) would otherwise hand out a template someone else made under a managed name.
 func (m *managedTemplates) get(namespace, name string) *resourceapi.ResourceClaimTemplate {
 	obj, ok, err := m.informer.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil
 	}
-	t, _ := obj.(*resourceapi.ResourceClaimTemplate)
-	return t
+	if t, _ := obj.(*resourceapi.ResourceClaimTemplate); t != nil && t.Labels[ManagedByLabel] == ManagedBy {
+		return t
+	}
+	return nil
 }
 
 // reserve admits the creation of namespace/name within the bound, or refuses it. release ends the
@@ -96,7 +100,7 @@ func (m *managedTemplates) reserve(namespace, name string) (release func(), err 
 	existing, _ := m.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	names := make(map[string]bool, len(existing))
 	for _, obj := range existing {
-		if t, ok := obj.(*resourceapi.ResourceClaimTemplate); ok {
+		if t, ok := obj.(*resourceapi.ResourceClaimTemplate); ok && t.Labels[ManagedByLabel] == ManagedBy {
 			names[t.Name] = true
 		}
 	}
