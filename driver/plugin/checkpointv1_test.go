@@ -140,9 +140,19 @@ func TestCheckpointV1Upgrade(t *testing.T) {
 		if _, ok := restored.Annotations["prepared-claim"]; !ok {
 			t.Errorf("restored spec of %s lacks its checkpoint entry", c.Name)
 		}
-		// Apart from the entry, the same spec: what the container sees, and what a rolled-back
-		// plugin rebuilds its state from.
+		// Apart from the entry and DRA_ADMIN_ACCESS (added since, and ignored by a rolled-back
+		// plugin), the same spec: what the container sees, and what a rolled-back plugin rebuilds
+		// its state from.
 		delete(restored.Annotations, "prepared-claim")
+		admin := "DRA_ADMIN_ACCESS=false"
+		for _, d := range v1.Devices {
+			if d.Annotations["admin-access"] == "true" {
+				admin = "DRA_ADMIN_ACCESS=true"
+			}
+		}
+		for i := range v1.Devices {
+			v1.Devices[i].ContainerEdits.Env = append(v1.Devices[i].ContainerEdits.Env, admin)
+		}
 		if !reflect.DeepEqual(restored.Spec, v1.Spec) {
 			t.Errorf("restored spec of %s differs from the v1 plugin's\ngot  %+v\nwant %+v", c.Name, restored.Spec, v1.Spec)
 		}
