@@ -107,6 +107,16 @@ func TestCheckpointV1Upgrade(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Metadata is for the helper's device metadata file, not part of the kubelet's answer;
+		// it is what the device publishes.
+		for uid, r := range got {
+			for i, d := range r.Devices {
+				if want := deviceMetadata(simulatedAttributes(t, d.DeviceName)); !reflect.DeepEqual(d.Metadata, want) {
+					t.Errorf("%s: claim %s device %s: metadata %+v, want %+v", when, uid, d.DeviceName, d.Metadata, want)
+				}
+				r.Devices[i].Metadata = nil
+			}
+		}
 		raw, err := json.MarshalIndent(got, "", "  ")
 		if err != nil {
 			t.Fatal(err)
@@ -206,6 +216,22 @@ func TestCheckpointV1RecoverFromSpecs(t *testing.T) {
 	if !reflect.DeepEqual(got, wantClaims) {
 		t.Errorf("recovered from the v1 specs\n%+v\nfrom the v1 checkpoint\n%+v", got, wantClaims)
 	}
+}
+
+// simulatedAttributes are the attributes the node's simulated device publishes.
+func simulatedAttributes(t *testing.T, name string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	t.Helper()
+	devs, err := simulated.New(testNode, nodegroups.GroupSpec{}).Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d.Attributes
+		}
+	}
+	t.Fatalf("no simulated device %s", name)
+	return nil
 }
 
 func copyFile(t *testing.T, from, to string) {
