@@ -241,6 +241,12 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 	}{
 		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}, true},
 		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "update", Group: "resource.k8s.io", Resource: "resourceclaims", Namespace: other}, false},
+		// Claim device status: server-side apply of the status, and the 1.36+ per-driver check.
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "patch", Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Namespace: other}, true},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "update", Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "status", Namespace: other}, false},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "associated-node:patch", Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "driver", Name: "gpu.example.com", Namespace: other}, true},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "associated-node:patch", Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "driver", Name: "nic.example.com", Namespace: other}, false},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "arbitrary-node:patch", Group: "resource.k8s.io", Resource: "resourceclaims", Subresource: "driver", Name: "gpu.example.com", Namespace: other}, false},
 		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets", Namespace: releaseNS}, false},
 		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Namespace: other}, true},
 		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "delete", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Namespace: other}, false},
@@ -262,7 +268,7 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 			t.Fatal(err)
 		}
 		if sar.Status.Allowed != tc.wantAllow {
-			t.Errorf("%s %s %s/%s %s in %q: allowed %v, want %v", tc.sa, tc.attrs.Verb, tc.attrs.Group, tc.attrs.Resource, tc.attrs.Name, tc.attrs.Namespace, sar.Status.Allowed, tc.wantAllow)
+			t.Errorf("%s %s %s/%s (subresource %q) %s in %q: allowed %v, want %v", tc.sa, tc.attrs.Verb, tc.attrs.Group, tc.attrs.Resource, tc.attrs.Subresource, tc.attrs.Name, tc.attrs.Namespace, sar.Status.Allowed, tc.wantAllow)
 		}
 	}
 }

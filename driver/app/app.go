@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
+	"github.com/gpu-dra/gpu-dra/driver/devicestatus"
 	"github.com/gpu-dra/gpu-dra/driver/liveness"
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
@@ -88,9 +90,12 @@ type instance struct {
 	client kubernetes.Interface
 	// resourceClient reads claims in whichever resource.k8s.io version the server serves.
 	resourceClient *draclient.Client
-	driver         *plugin.Driver
-	metrics        *metrics.Metrics
+	// resourceVersion is the newest resource.k8s.io version the server serves.
+	resourceVersion string
+	driver          *plugin.Driver
+	metrics         *metrics.Metrics
 
+	stopStatus  func()
 	stopMetrics func()
 	helper      *kubeletplugin.Helper
 	stopWatcher func()
@@ -151,6 +156,7 @@ func (p *instance) connect(ctx context.Context) (*corev1.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.resourceVersion = version
 	logger.Info("API server serves resource.k8s.io", "version", version)
 
 	node, err := getNode(ctx, clientset, p.o.NodeName)
@@ -176,15 +182,43 @@ func (p *instance) newDriver(ctx context.Context, source plugin.DeviceSource, fa
 		return fmt.Errorf("--cdi-root: %w", err)
 	}
 	p.metrics = metrics.New()
-	p.driver, err = plugin.NewDriver(ctx, p.o.DriverName, p.o.NodeName, source, writer, checkpoint.NewStore(p.o.DataDir()),
-		plugin.WithMetrics(p.metrics), plugin.WithFatalHandler(fail))
+	opts := []plugin.DriverOption{plugin.WithMetrics(p.metrics), plugin.WithFatalHandler(fail)}
+	if p.o.DeviceStatus {
+		status, err := p.statusWriter()
+		if err != nil {
+			return err
+		}
+		p.stopStatus = status.Start(ctx)
+		opts = append(opts, plugin.WithStatusRecorder(status))
+	}
+	p.driver, err = plugin.NewDriver(ctx, p.o.DriverName, p.o.NodeName, source, writer, checkpoint.NewStore(p.o.DataDir()), opts...)
 	if err != nil {
 		return err
 	}
 	if _, err := p.driver.Reconcile(ctx, p.resourceClient); err != nil {
 		return fmt.Errorf("reconcile prepared claims: %w", err)
 	}
-	return nil
+	// Whether or not metadata is on now, an earlier instance may have left some behind.
+	if _, err := p.driver.RemoveStaleMetadata(ctx, plugin.MetadataLocation{DataDir: p.o.DataDir(), CDIDir: cmp.Or(p.o.CDIRoot, cdi.DefaultRoot)}); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing stale device metadata failed; retried at the next start")
+	}
+	return p.driver.ResyncStatus(ctx)
+}
+
+// Status writes have a client and rate limit of their own, so a burst of them never makes a
+// prepare's claim read wait for the shared client's tokens.
+const (
+	statusQPS   = 10
+	statusBurst = 20
+)
+
+// statusWriter records claim device status through the newest served resource.k8s.io version.
+func (p *instance) statusWriter() (*devicestatus.Writer, error) {
+	cs, err := p.o.clientsetWithLimit(statusQPS, statusBurst)
+	if err != nil {
+		return nil, err
+	}
+	return devicestatus.New(cs, p.o.DriverName, p.resourceVersion, devicestatus.WithMetrics(p.metrics))
 }
 
 // startHelper registers with the kubelet and publishes the node's devices.
@@ -197,6 +231,9 @@ func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source pl
 		kubeletplugin.RegistrarDirectoryPath(p.o.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(p.o.DataDir()),
 		kubeletplugin.HealthService(false),
+	}
+	if p.o.DeviceMetadata {
+		helperOpts = append(helperOpts, deviceMetadataOptions(p.o.CDIRoot)...)
 	}
 	if p.o.PodUID != "" {
 		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(types.UID(p.o.PodUID)))
@@ -237,6 +274,9 @@ func (p *instance) stop() {
 	}
 	if p.helper != nil {
 		p.helper.Stop()
+	}
+	if p.stopStatus != nil {
+		p.stopStatus()
 	}
 	if p.stopHealth != nil {
 		p.stopHealth()

@@ -78,6 +78,8 @@ func TestFlags(t *testing.T) {
 		args     []string
 		wantFile string
 		wantPoll time.Duration
+		// status and metadata are on unless turned off
+		wantNoStatus, wantNoMetadata bool
 	}{
 		{name: "defaults", wantPoll: 10 * time.Second},
 		{name: "node groups", args: []string{"--node-groups=/etc/gpu-dra/groups.yaml", "--node-groups-poll-interval=1s"}, wantFile: "/etc/gpu-dra/groups.yaml", wantPoll: time.Second},
@@ -85,6 +87,7 @@ func TestFlags(t *testing.T) {
 		{name: "deprecated names", args: []string{"--inventory-config=/etc/gpu-dra/inventory.yaml", "--inventory-poll-interval=2s"}, wantFile: "/etc/gpu-dra/inventory.yaml", wantPoll: 2 * time.Second},
 		// Bounded the slice cleanup on SIGTERM, which is gone; a manifest that sets it still starts.
 		{name: "retired flag", args: []string{"--shutdown-timeout=30s"}, wantPoll: 10 * time.Second},
+		{name: "claim status and device metadata off", args: []string{"--device-status=false", "--device-metadata=false"}, wantPoll: 10 * time.Second, wantNoStatus: true, wantNoMetadata: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +99,9 @@ func TestFlags(t *testing.T) {
 			}
 			if o.NodeGroupsFile != tc.wantFile || o.NodeGroupsPollInterval != tc.wantPoll {
 				t.Errorf("node groups %q every %v, want %q every %v", o.NodeGroupsFile, o.NodeGroupsPollInterval, tc.wantFile, tc.wantPoll)
+			}
+			if o.DeviceStatus == tc.wantNoStatus || o.DeviceMetadata == tc.wantNoMetadata {
+				t.Errorf("device status %v, metadata %v", o.DeviceStatus, o.DeviceMetadata)
 			}
 			if o.DriverName != "gpu.example.com" || o.NodeName != "n" || o.KubeAPIQPS != 7.5 || o.KubeAPIBurst != 100 {
 				t.Errorf("options %+v", o)

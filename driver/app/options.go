@@ -40,6 +40,12 @@ type Options struct {
 	KubeAPIBurst int
 	// NodeGroupsPollInterval is how often the node-groups file is re-read (Node labels are watched).
 	NodeGroupsPollInterval time.Duration
+	// DeviceStatus records each prepared device's uuid, model, index and driverVersion in its
+	// claim's status.devices (KEP-4817), where the API server keeps that field.
+	DeviceStatus bool
+	// DeviceMetadata has the kubeletplugin library write a device metadata file (KEP-5304) per
+	// claim and request, bind-mounted into the containers through CDI.
+	DeviceMetadata bool
 	// DeleteAllSlices selects the chart's pre-delete hook instead of Run (see DeleteAllSlices).
 	DeleteAllSlices bool
 }
@@ -59,6 +65,8 @@ func NewOptions() *Options {
 		KubeAPIQPS:             50,
 		KubeAPIBurst:           100,
 		NodeGroupsPollInterval: 10 * time.Second,
+		DeviceStatus:           true,
+		DeviceMetadata:         true,
 	}
 }
 
@@ -77,6 +85,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.NodeGroupsPollInterval, "node-groups-poll-interval", o.NodeGroupsPollInterval, "How often --node-groups is re-read; a change re-publishes the node's devices.")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (each prepare reads its claims).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
+	fs.BoolVar(&o.DeviceStatus, "device-status", o.DeviceStatus, "Record each prepared device's uuid, model, index and driverVersion in its ResourceClaim's status.devices (needs patch on resourceclaims/status).")
+	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Bind-mount a device metadata file per claim and request into containers (/var/run/kubernetes.io/dra-device-attributes/...), through a CDI spec in --cdi-root.")
 	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "Delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook).")
 	flagalias.Deprecated(fs, "inventory-config", "node-groups")
 	flagalias.Deprecated(fs, "inventory-poll-interval", "node-groups-poll-interval")
@@ -99,11 +109,16 @@ func (o *Options) Validate() error {
 }
 
 func (o *Options) clientset() (kubernetes.Interface, error) {
+	return o.clientsetWithLimit(o.KubeAPIQPS, o.KubeAPIBurst)
+}
+
+// clientsetWithLimit is a client with a rate limiter of its own (connections are shared).
+func (o *Options) clientsetWithLimit(qps float64, burst int) (kubernetes.Interface, error) {
 	restConfig, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %q (empty means in-cluster): %w", o.Kubeconfig, err)
 	}
-	restConfig.QPS, restConfig.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
+	restConfig.QPS, restConfig.Burst = float32(qps), burst
 	restConfig.UserAgent = "gpu-kubelet-plugin/" + o.NodeName
 	clientset, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {

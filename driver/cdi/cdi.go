@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -100,8 +101,13 @@ func (w *Writer) specName(claimUID types.UID) string {
 	return cdiapi.GenerateTransientSpecName(w.vendor, Class, string(claimUID))
 }
 
+// EnvAdminAccess tells a container whether its claim has admin access (KEP-5018), as in the
+// upstream reference driver: "true" or "false" on every device, the same for every device of a
+// claim (admin access for any request flags the whole claim), so one claim never sets two values.
+const EnvAdminAccess = "DRA_ADMIN_ACCESS"
+
 // Spec builds the spec of a claim: one CDI device per allocated device, each setting
-// GPU_DEVICE_<index> and its claim and sharing variables.
+// GPU_DEVICE_<index>, its claim and sharing variables, and DRA_ADMIN_ACCESS.
 func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 	entry, err := checkpoint.EncodeClaim(claim)
 	if err != nil {
@@ -116,6 +122,7 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 			annotationPreparedClaim:  entry,
 		},
 	}
+	adminAccess := EnvAdminAccess + "=" + strconv.FormatBool(claim.AdminAccess())
 	for _, d := range claim.Devices {
 		prefix := fmt.Sprintf("GPU_DEVICE_%d", d.Index)
 		env := []string{
@@ -129,6 +136,7 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 		if d.Sharing.PartitionCount > 0 {
 			env = append(env, fmt.Sprintf("%s_PARTITION_COUNT=%d", prefix, d.Sharing.PartitionCount))
 		}
+		env = append(env, adminAccess)
 		annotations := map[string]string{
 			annotationRequest: d.Request,
 			annotationPool:    d.Pool,

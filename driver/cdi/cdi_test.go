@@ -29,17 +29,19 @@ func TestSpec(t *testing.T) {
 			wantEnv: map[string][]string{"uid-1-gpu-3": {
 				"GPU_DEVICE_3=gpu-3", "GPU_DEVICE_3_RESOURCE_CLAIM=uid-1",
 				"GPU_DEVICE_3_SHARING_STRATEGY=TimeSlicing", "GPU_DEVICE_3_TIMESLICE_INTERVAL=Default",
+				"DRA_ADMIN_ACCESS=false",
 			}},
 		},
 		{
-			name: "two devices, space partitioning",
+			// Admin access for one request flags the whole claim, as in the reference driver.
+			name: "two devices, space partitioning, admin access",
 			claim: checkpoint.PreparedClaim{UID: "uid-2", Namespace: "ns", Name: "c2", Devices: []checkpoint.PreparedDevice{
 				{Request: "a", Pool: "node-a", Device: "gpu-0", Index: 0, Sharing: checkpoint.Sharing{Strategy: "SpacePartitioning", PartitionCount: 4}, CDIDevice: DeviceName("uid-2", "gpu-0")},
 				{Request: "b/sub", Pool: "node-a", Device: "gpu-7", Index: 7, Sharing: checkpoint.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Long"}, AdminAccess: true, CDIDevice: DeviceName("uid-2", "gpu-7")},
 			}},
 			wantEnv: map[string][]string{
-				"uid-2-gpu-0": {"GPU_DEVICE_0=gpu-0", "GPU_DEVICE_0_RESOURCE_CLAIM=uid-2", "GPU_DEVICE_0_SHARING_STRATEGY=SpacePartitioning", "GPU_DEVICE_0_PARTITION_COUNT=4"},
-				"uid-2-gpu-7": {"GPU_DEVICE_7=gpu-7", "GPU_DEVICE_7_RESOURCE_CLAIM=uid-2", "GPU_DEVICE_7_SHARING_STRATEGY=TimeSlicing", "GPU_DEVICE_7_TIMESLICE_INTERVAL=Long"},
+				"uid-2-gpu-0": {"GPU_DEVICE_0=gpu-0", "GPU_DEVICE_0_RESOURCE_CLAIM=uid-2", "GPU_DEVICE_0_SHARING_STRATEGY=SpacePartitioning", "GPU_DEVICE_0_PARTITION_COUNT=4", "DRA_ADMIN_ACCESS=true"},
+				"uid-2-gpu-7": {"GPU_DEVICE_7=gpu-7", "GPU_DEVICE_7_RESOURCE_CLAIM=uid-2", "GPU_DEVICE_7_SHARING_STRATEGY=TimeSlicing", "GPU_DEVICE_7_TIMESLICE_INTERVAL=Long", "DRA_ADMIN_ACCESS=true"},
 			},
 		},
 	}

@@ -45,6 +45,16 @@ type PreparedDevice struct {
 	CDIDevice string `json:"cdiDevice"`
 }
 
+// AdminAccess reports whether any device of the claim was allocated with admin access.
+func (c PreparedClaim) AdminAccess() bool {
+	for _, d := range c.Devices {
+		if d.AdminAccess {
+			return true
+		}
+	}
+	return false
+}
+
 // Sharing is how a device is shared, with the GpuConfig's defaults applied.
 type Sharing struct {
 	Strategy          string `json:"strategy"`

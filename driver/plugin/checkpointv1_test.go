@@ -107,6 +107,16 @@ func TestCheckpointV1Upgrade(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Metadata is for the helper's device metadata file, not part of the kubelet's answer;
+		// it is what the device publishes.
+		for uid, r := range got {
+			for i, d := range r.Devices {
+				if want := deviceMetadata(simulatedAttributes(t, d.DeviceName)); !reflect.DeepEqual(d.Metadata, want) {
+					t.Errorf("%s: claim %s device %s: metadata %+v, want %+v", when, uid, d.DeviceName, d.Metadata, want)
+				}
+				r.Devices[i].Metadata = nil
+			}
+		}
 		raw, err := json.MarshalIndent(got, "", "  ")
 		if err != nil {
 			t.Fatal(err)
@@ -140,9 +150,19 @@ func TestCheckpointV1Upgrade(t *testing.T) {
 		if _, ok := restored.Annotations["prepared-claim"]; !ok {
 			t.Errorf("restored spec of %s lacks its checkpoint entry", c.Name)
 		}
-		// Apart from the entry, the same spec: what the container sees, and what a rolled-back
-		// plugin rebuilds its state from.
+		// Apart from the entry and DRA_ADMIN_ACCESS (added since, and ignored by a rolled-back
+		// plugin), the same spec: what the container sees, and what a rolled-back plugin rebuilds
+		// its state from.
 		delete(restored.Annotations, "prepared-claim")
+		admin := "DRA_ADMIN_ACCESS=false"
+		for _, d := range v1.Devices {
+			if d.Annotations["admin-access"] == "true" {
+				admin = "DRA_ADMIN_ACCESS=true"
+			}
+		}
+		for i := range v1.Devices {
+			v1.Devices[i].ContainerEdits.Env = append(v1.Devices[i].ContainerEdits.Env, admin)
+		}
 		if !reflect.DeepEqual(restored.Spec, v1.Spec) {
 			t.Errorf("restored spec of %s differs from the v1 plugin's\ngot  %+v\nwant %+v", c.Name, restored.Spec, v1.Spec)
 		}
@@ -196,6 +216,22 @@ func TestCheckpointV1RecoverFromSpecs(t *testing.T) {
 	if !reflect.DeepEqual(got, wantClaims) {
 		t.Errorf("recovered from the v1 specs\n%+v\nfrom the v1 checkpoint\n%+v", got, wantClaims)
 	}
+}
+
+// simulatedAttributes are the attributes the node's simulated device publishes.
+func simulatedAttributes(t *testing.T, name string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	t.Helper()
+	devs, err := simulated.New(testNode, nodegroups.GroupSpec{}).Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d.Attributes
+		}
+	}
+	t.Fatalf("no simulated device %s", name)
+	return nil
 }
 
 func copyFile(t *testing.T, from, to string) {

@@ -36,6 +36,11 @@ type Driver struct {
 	poolName   string
 	mutex      sync.RWMutex
 	devices    map[string]int // name -> index; replaced when the inventory changes
+	// attributes and metadata are what each device publishes, by name, replaced with devices:
+	// the data of its claim's status and the device metadata file in the container.
+	attributes map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	metadata   map[string]*kubeletplugin.DeviceMetadata
+	status     StatusRecorder
 	cdi        *cdi.Writer
 	store      *checkpoint.Store
 	metrics    *metrics.Metrics
@@ -74,6 +79,9 @@ func NewDriver(ctx context.Context, driverName, nodeName string, source DeviceSo
 	if d.metrics == nil {
 		d.metrics = metrics.New()
 	}
+	if d.status == nil {
+		d.status = noStatus{}
+	}
 	return d, nil
 }
 
@@ -90,16 +98,20 @@ func (d *Driver) SetDevices(ctx context.Context, source DeviceSource) error {
 
 func (d *Driver) setDevices(devs []resourceapi.Device) {
 	devices := make(map[string]int, len(devs))
+	attributes := make(map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(devs))
+	metadata := make(map[string]*kubeletplugin.DeviceMetadata, len(devs))
 	for i, dev := range devs {
 		index := i
 		if a, ok := dev.Attributes["index"]; ok && a.IntValue != nil {
 			index = int(*a.IntValue)
 		}
 		devices[dev.Name] = index
+		attributes[dev.Name] = dev.Attributes
+		metadata[dev.Name] = deviceMetadata(dev.Attributes)
 	}
 	d.mutex.Lock()
 	defer d.mutex.Unlock()
-	d.devices = devices
+	d.devices, d.attributes, d.metadata = devices, attributes, metadata
 }
 
 // PrepareResourceClaims writes a CDI spec per new claim, then records all of them in one checkpoint
@@ -167,6 +179,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for _, r := range result {
 		d.metrics.ObservePrepare(per, r.Err)
 	}
+	for _, claim := range claims {
+		if c, ok := data.Claims[claim.UID]; ok && result[claim.UID].Err == nil {
+			d.status.Record(claim, d.statusDevices(c))
+		}
+	}
 	return result, nil
 }
 
@@ -202,15 +219,20 @@ func checkNotInUse(claim *resourceapi.ResourceClaim, devices []checkpoint.Prepar
 	return nil
 }
 
-// resultDevices is the answer to the kubelet, the same whenever the claim is prepared again.
+// resultDevices is the answer to the kubelet, the same whenever the claim is prepared again. The
+// metadata is what the device publishes now; the kubeletplugin helper writes it into the claim's
+// device metadata file when that is enabled.
 func (d *Driver) resultDevices(c checkpoint.PreparedClaim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(c.Devices))
+	d.mutex.RLock()
+	defer d.mutex.RUnlock()
 	for _, dev := range c.Devices {
 		out = append(out, kubeletplugin.Device{
 			Requests:     []string{dev.Request},
 			PoolName:     dev.Pool,
 			DeviceName:   dev.Device,
 			CDIDeviceIDs: []string{d.cdi.DeviceID(dev.CDIDevice)},
+			Metadata:     d.metadata[dev.Device],
 		})
 	}
 	return out
@@ -231,6 +253,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	}
 	changed := false
 	for _, c := range claims {
+		d.status.Forget(c.UID)
 		if _, ok := data.Claims[c.UID]; ok {
 			delete(data.Claims, c.UID)
 			changed = true
