@@ -66,6 +66,18 @@ type Analysis struct {
 	// incomplete (the expression reads whole maps), so callers must assume it reads everything.
 	Refs   []Ref
 	Opaque bool
+	// Comparisons are the references compared with a literal, so that a selector matching nothing
+	// can be explained ("the selector wants model "X"; devices have ...").
+	Comparisons []Comparison
+}
+
+// Comparison is `<ref> <op> <literal>` (in either order) in a selector.
+type Comparison struct {
+	Ref Ref
+	// Op is the CEL operator as written: ==, !=, <, <=, >, >=.
+	Op string
+	// Literal is the literal's value: string, int64, uint64, float64 or bool.
+	Literal any
 }
 
 // Analyze compiles and inspects one selector expression. The result is shared; do not modify it.

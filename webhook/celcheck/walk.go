@@ -2,6 +2,7 @@ package celcheck
 
 import (
 	"fmt"
+	"strings"
 
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
@@ -245,6 +246,7 @@ func (w *walker) walkCall(e celast.Expr) {
 			}
 			if r, ok := w.refOf(args[i]); ok {
 				w.checkComparison(r, args[i], args[1-i])
+				w.recordComparison(r, fn, i == 1, args[1-i])
 			}
 		}
 	case call.IsMemberFunction():
@@ -258,6 +260,37 @@ func (w *walker) walkCall(e celast.Expr) {
 	for _, a := range args {
 		w.walk(a)
 	}
+}
+
+// recordComparison notes a comparison of r with a literal; swapped says the literal came first
+// (`"X" == ref`), so the operator is turned around to read ref-first.
+func (w *walker) recordComparison(r Ref, fn string, swapped bool, other celast.Expr) {
+	if other.Kind() != celast.LiteralKind {
+		return
+	}
+	var lit any
+	switch v := other.AsLiteral().(type) {
+	case types.String:
+		lit = string(v)
+	case types.Int:
+		lit = int64(v)
+	case types.Uint:
+		lit = uint64(v)
+	case types.Double:
+		lit = float64(v)
+	case types.Bool:
+		lit = bool(v)
+	default:
+		return
+	}
+	op := strings.Trim(fn, "_")
+	if swapped {
+		op = map[string]string{"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+		if op == "" {
+			op = strings.Trim(fn, "_")
+		}
+	}
+	w.an.Comparisons = append(w.an.Comparisons, Comparison{Ref: r, Op: op, Literal: lit})
 }
 
 // attrSpec returns the schema entry of one of this driver's attributes.
