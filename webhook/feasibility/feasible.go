@@ -133,32 +133,15 @@ func (v *View) matchAlternative(ctx context.Context, s *snapshot, ri int, name, 
 	if class == nil {
 		return nil, false
 	}
-	var exprs []string
-	for _, sel := range class.Spec.Selectors {
-		if sel.CEL != nil {
-			exprs = append(exprs, sel.CEL.Expression)
-		}
-	}
-	for _, sel := range selectors {
-		if sel.CEL != nil {
-			exprs = append(exprs, sel.CEL.Expression)
-		}
-	}
-	var refs []celcheck.Ref
-	opaque := false
-	for _, e := range exprs {
-		a := v.checker.Analyze(e)
-		if a.CompileError != "" {
-			return nil, false
-		}
-		refs = append(refs, a.Refs...)
-		opaque = opaque || a.Opaque
+	dm, ok := v.matchExprs(ctx, s, append(classExprs(class), selectorExprs(selectors)...))
+	if !ok {
+		return nil, false
 	}
 	alt := &alternative{request: ri, name: name, wanted: count}
 	if mode == resourceapi.DeviceAllocationModeAll {
 		alt.wanted = -1
 	}
-	alt.deviceMatches = v.matchAll(ctx, s, exprs, dedupRefs(refs), opaque)
+	alt.deviceMatches = dm
 	return alt, true
 }
 
@@ -290,6 +273,12 @@ func candidateNodes(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*al
 // same multiset of devices by which alternatives they match, the values the constraints compare
 // and their taints.
 func (s *snapshot) shapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*alternative) string {
+	return s.shapeKeyWith(n, spec, alts, nil)
+}
+
+// shapeKeyWith is shapeKey with more to tell devices apart: extra(d), when set, is part of each
+// device's signature (e.g. whether it is free now).
+func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts []*alternative, extra func(d int) string) string {
 	if s.exact {
 		return s.nodes[n].Name
 	}
@@ -321,6 +310,10 @@ func (s *snapshot) shapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*
 		}
 		b.WriteByte(0)
 		b.WriteString(dev.taint)
+		if extra != nil {
+			b.WriteByte(0)
+			b.WriteString(extra(d))
+		}
 		sigs = append(sigs, b.String())
 	}
 	sort.Strings(sigs)
@@ -343,7 +336,12 @@ func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace strin
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	alloc, err := structured.NewAllocator(ctx, v.features, state, classLister{s}, s.nodeSlices[n], v.celCache)
+	return v.allocateWith(ctx, s, n, namespace, spec, v.features, state)
+}
+
+// allocateWith runs the allocator on node n with the given features and allocated state.
+func (v *View) allocateWith(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features, state structured.AllocatedState) (bool, error) {
+	alloc, err := structured.NewAllocator(ctx, features, state, classLister{s}, s.nodeSlices[n], v.celCache)
 	if err != nil {
 		return false, fmt.Errorf("create allocator: %w", err)
 	}

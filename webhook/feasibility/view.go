@@ -103,6 +103,7 @@ func (v *View) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
 type device struct {
 	input dracel.Device
 	taint string
+	id    structured.DeviceID
 }
 
 type snapshot struct {
@@ -220,6 +221,7 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 			s.devices = append(s.devices, device{
 				input: dracel.Device{Driver: sl.Spec.Driver, AllowMultipleAllocations: d.AllowMultipleAllocations, Attributes: d.Attributes, Capacity: d.Capacity},
 				taint: taintKey(d.Taints),
+				id:    structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name),
 			})
 			s.deviceNodes = append(s.deviceNodes, users)
 			for _, u := range users {

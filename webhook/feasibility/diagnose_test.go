@@ -1,0 +1,174 @@
+package feasibility
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+)
+
+// holding is a claim allocated the given devices of one node's pool.
+func holding(name, node string, devices ...int) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "busy", Name: name}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Request: "g", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", d)})
+	}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: "uid-" + "name"}}
+	return c
+}
+
+// busyCluster is testCluster with allocations and a DeviceTaintRule (see testdata/diagnose.yaml).
+func busyCluster() (*published.Objects, *fleet.Fleet) {
+	st := testCluster()
+	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	fl := fleet.Build(fleet.Input{
+		Slices: st.Slices,
+		Claims: []*resourceapi.ResourceClaim{holding("a", "n0", 0, 1, 2, 3, 4, 5), holding("b", "n2", all...), holding("c", "n4", all...), holding("d", "n8", all...)},
+		TaintRules: []*resourceapi.DeviceTaintRule{{ObjectMeta: metav1.ObjectMeta{Name: "n6-maintenance"}, Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: &resourceapi.DeviceTaintSelector{Pool: ptr.To("n6")},
+			Taint:          resourceapi.DeviceTaint{Key: "maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		}}},
+	})
+	return &published.Objects{Slices: fl.Slices, Classes: st.Classes, Nodes: st.Nodes}, fl
+}
+
+type diagnoseCase struct {
+	Name        string                        `json:"name"`
+	Allocatable bool                          `json:"allocatable"`
+	Causes      []Cause                       `json:"causes"`
+	Spec        resourceapi.ResourceClaimSpec `json:"spec"`
+}
+
+// allocatableNow asks the allocator on every node with every slice and the fleet's allocations.
+func allocatableNow(ctx context.Context, t *testing.T, st *published.Objects, fl *fleet.Fleet, spec *resourceapi.ResourceClaimSpec) bool {
+	t.Helper()
+	features := structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true}
+	lister := classLister{s: &snapshot{classes: map[string]*resourceapi.DeviceClass{"gpu": st.Classes[0], "fabric": st.Classes[1]}}}
+	for _, n := range st.Nodes {
+		a, err := structured.NewAllocator(ctx, features, fl.AllocatedState(), lister, st.Slices, dracel.NewCache(10, dracel.Features{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := a.Allocate(ctx, n, []*resourceapi.ResourceClaim{{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", UID: "c"}, Spec: *spec}})
+		if err == nil && len(res) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDiagnoseAgreesWithAllocator(t *testing.T) {
+	ctx := context.Background()
+	data, err := os.ReadFile("testdata/diagnose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []diagnoseCase
+	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	st, fl := busyCluster()
+	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			spec := tc.Spec.DeepCopy()
+			resourceversion.Default(spec)
+			if got := allocatableNow(ctx, t, st, fl, spec); got != tc.Allocatable {
+				t.Fatalf("test data is wrong: the allocator says allocatable=%t", got)
+			}
+			d, err := view.Diagnose(ctx, "default", spec, fl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var causes []Cause
+			var text []string
+			for _, r := range d.Requests {
+				for _, f := range r.Findings {
+					causes = append(causes, f.Cause)
+					text = append(text, r.Name+": "+f.Message+" | "+strings.Join(f.Details, " | ")+" | fix: "+f.Fix)
+				}
+			}
+			for _, f := range d.Findings {
+				causes = append(causes, f.Cause)
+				text = append(text, "claim: "+f.Message+" | fix: "+f.Fix)
+			}
+			if d.Allocatable != tc.Allocatable || !slices.Equal(causes, tc.Causes) {
+				t.Errorf("allocatable %t, causes %v; want %t, %v\n%s", d.Allocatable, causes, tc.Allocatable, tc.Causes, strings.Join(text, "\n"))
+			}
+		})
+	}
+}
+
+// TestDiagnoseMessages pins the wording people and the e2e test read.
+func TestDiagnoseMessages(t *testing.T) {
+	ctx := context.Background()
+	st, fl := busyCluster()
+	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
+	latest := resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.example.com"].model == "LATEST-GPU-MODEL"`}}
+	for _, tc := range []struct {
+		name string
+		spec resourceapi.ResourceClaimSpec
+		want []string
+	}{
+		{"held", spec(resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", Count: 3, Selectors: []resourceapi.DeviceSelector{latest}}), []string{
+			"DevicesAllocated: 30 matching devices on the 5 nodes with enough matching devices are allocated to other claims; best node n0 has 2 available, 3 wanted",
+			"held by busy/a (pod busy/a-pod), busy/b (pod busy/b-pod), busy/c (pod busy/c-pod), busy/d (pod busy/d-pod)",
+			"fix: wait for the pods holding them to finish, or delete those pods or claims; or request at most 2",
+			"DevicesTainted: 8 matching devices on the 5 nodes with enough matching devices have taints the request does not tolerate",
+			"maintenance:NoSchedule (DeviceTaintRule n6-maintenance) on 8 devices: n6/gpu-0,",
+			`add to the request: tolerations: [{key: "maintenance", operator: Exists, effect: NoSchedule}]`,
+		}},
+		{"too few", spec(resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", Count: 9}), []string{
+			"TooFewDevices: 9 wanted, best node n0 has 8 matching", "fix: request at most 8, or split the work across several claims",
+		}},
+		{"typo", spec(resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `"LATEST-GPU-MODLE" == device.attributes["gpu.example.com"].model`}}}}), []string{
+			`NoMatchingDevice: selector 0 matches none of the 60 devices of DeviceClass "gpu"`,
+			`the devices have gpu.example.com/model "LATEST-GPU-MODEL" (42), "OLD-GPU-MODEL" (18)`,
+			`fix: no device has gpu.example.com/model "LATEST-GPU-MODLE"; did you mean "LATEST-GPU-MODEL"?`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.spec.DeepCopy()
+			resourceversion.Default(s)
+			d, err := view.Diagnose(ctx, "default", s, fl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for _, r := range d.Requests {
+				for _, f := range r.Findings {
+					lines = append(lines, string(f.Cause)+": "+f.Message)
+					lines = append(lines, f.Details...)
+					lines = append(lines, "fix: "+f.Fix)
+				}
+			}
+			text := strings.Join(lines, "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("missing %q in\n%s", w, text)
+				}
+			}
+		})
+	}
+}
+
+func spec(r resourceapi.ExactDeviceRequest) resourceapi.ResourceClaimSpec {
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &r}}}}
+}
