@@ -1,0 +1,369 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
+)
+
+type whyOptions struct {
+	streams          genericiooptions.IOStreams
+	flags            *genericclioptions.ConfigFlags
+	clusterStateFile string
+	driverName       string
+	output           string
+}
+
+func newWhyCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
+	o := &whyOptions{streams: streams, flags: flags, driverName: deviceschema.DefaultDriverName}
+	cmd := &cobra.Command{
+		Use:   "why (pod/NAME | resourceclaim/NAME) [-n NAMESPACE] [-o json|yaml]",
+		Short: "Explain why a pod or ResourceClaim gets no devices",
+		Long: `For a Pending pod or an unallocated ResourceClaim, explains request by request and node
+group by node group what keeps the claim from its devices: a DeviceClass that does not exist, a
+selector that matches no published device (and which attribute value the devices have instead),
+fewer matching devices on any node than requested, devices that other claims hold (and which),
+taints, a matchAttribute constraint that cannot hold, partition counters used up; with the fix
+where there is one. It runs the scheduler's allocator (k8s.io/dynamic-resource-allocation) with
+the cluster's current allocations, so the answer agrees with the scheduler's.
+
+It reads with your credentials: the pod, ResourceSlices, DeviceClasses, Nodes (names and labels),
+ResourceClaims in all namespaces and, where served, DeviceTaintRules; or all of them from
+--cluster-state. Causes in -o json: ` + strings.Join(causeNames(), ", ") + `.`,
+		Example: `  # A pod stuck in Pending
+  kubectl dra why pod/train-0 -n team-a
+
+  # A claim, machine-readable
+  kubectl dra why resourceclaim/big-gpus -n team-a -o json`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, name, err := parseTarget(args)
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), kind, name)
+		},
+	}
+	cmd.Flags().StringVarP(flags.Namespace, "namespace", "n", "", "namespace of the pod or claim (default: the kubeconfig context's)")
+	cmd.Flags().StringVar(&o.clusterStateFile, "cluster-state", "", "read the pod, claims, ResourceSlices, DeviceClasses, DeviceTaintRules and Nodes (YAML) from this file instead of a cluster")
+	cmd.Flags().StringVar(&o.driverName, "driver-name", o.driverName, "DRA driver whose attribute names selectors are checked against")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: text)")
+	return cmd
+}
+
+func causeNames() []string {
+	return []string{string(feasibility.CauseNoSuchClass), string(feasibility.CauseInvalidSelector), string(feasibility.CauseNoMatch),
+		string(feasibility.CauseTooFew), string(feasibility.CauseAllocated), string(feasibility.CauseTainted), string(feasibility.CauseCounters),
+		string(feasibility.CauseCapacity), string(feasibility.CauseConstraint), string(feasibility.CauseConflict),
+		string(feasibility.CauseAllocatable), string(feasibility.CauseUnknown)}
+}
+
+const (
+	targetPod   = "pod"
+	targetClaim = "resourceclaim"
+)
+
+// parseTarget reads "pod/NAME", "resourceclaim/NAME" or the two as separate words, with the
+// short and plural forms kubectl accepts.
+func parseTarget(args []string) (string, string, error) {
+	kind, name := "", ""
+	if len(args) == 2 {
+		kind, name = args[0], args[1]
+	} else if k, n, ok := strings.Cut(args[0], "/"); ok {
+		kind, name = k, n
+	}
+	switch strings.ToLower(kind) {
+	case "pod", "pods", "po":
+		kind = targetPod
+	case "resourceclaim", "resourceclaims", "resourceclaim.resource.k8s.io":
+		kind = targetClaim
+	default:
+		return "", "", fmt.Errorf("%q: name a pod or a claim: pod/NAME or resourceclaim/NAME", strings.Join(args, " "))
+	}
+	if name == "" {
+		return "", "", fmt.Errorf("%q: the name is missing: %s/NAME", strings.Join(args, " "), kind)
+	}
+	return kind, name, nil
+}
+
+// whyReport is the answer; it is also the JSON output.
+type whyReport struct {
+	Pod    *podSummary   `json:"pod,omitempty"`
+	Claims []claimReport `json:"claims"`
+}
+
+type podSummary struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Phase     string `json:"phase"`
+	Node      string `json:"node,omitempty"`
+	// Scheduler is the message of the pod's PodScheduled=False condition.
+	Scheduler string `json:"schedulerMessage,omitempty"`
+}
+
+type claimReport struct {
+	Namespace string `json:"namespace"`
+	// Name is empty while the claim of a template is not created yet.
+	Name     string `json:"name,omitempty"`
+	PodClaim string `json:"podClaim,omitempty"`
+	Template string `json:"template,omitempty"`
+	// Allocated claims say where and what; the others why not.
+	Allocated bool `json:"allocated"`
+	// Nodes are where the allocated devices are.
+	Nodes       []string               `json:"nodes,omitempty"`
+	Devices     []string               `json:"devices,omitempty"`
+	ReservedFor []string               `json:"reservedFor,omitempty"`
+	Note        string                 `json:"note,omitempty"`
+	Diagnosis   *feasibility.Diagnosis `json:"diagnosis,omitempty"`
+}
+
+func (o *whyOptions) run(ctx context.Context, kind, name string) error {
+	switch o.output {
+	case "", "json", "yaml":
+	default:
+		return fmt.Errorf("-o %q: use json or yaml, or leave it out for text", o.output)
+	}
+	src, err := o.source()
+	if err != nil {
+		return err
+	}
+	ns := src.namespace
+	var pod *corev1.Pod
+	if kind == targetPod {
+		if pod, err = src.pod(ctx, ns, name); err != nil {
+			return err
+		}
+	}
+	state, err := src.state(ctx)
+	if err != nil {
+		return err
+	}
+	fl := fleet.Build(state.fleetInput())
+	view := feasibility.New(&published.Objects{Slices: fl.Slices, Classes: state.Classes, Nodes: state.Nodes},
+		celcheck.New(o.driverName, deviceschema.DeviceSchema()))
+	claims := map[string]*resourceapi.ResourceClaim{}
+	for _, c := range state.Claims {
+		claims[c.Namespace+"/"+c.Name] = c
+	}
+	rep := whyReport{Claims: []claimReport{}}
+	if pod == nil {
+		c := claims[ns+"/"+name]
+		if c == nil {
+			return fmt.Errorf("resourceclaim %q not found in namespace %q", name, ns)
+		}
+		cr, err := explainClaim(ctx, view, fl, c)
+		if err != nil {
+			return err
+		}
+		rep.Claims = append(rep.Claims, cr)
+	} else {
+		rep.Pod = summarizePod(pod)
+		for i := range pod.Spec.ResourceClaims {
+			cr, err := o.explainPodClaim(ctx, src, view, fl, claims, pod, &pod.Spec.ResourceClaims[i])
+			if err != nil {
+				return err
+			}
+			rep.Claims = append(rep.Claims, cr)
+		}
+	}
+	switch o.output {
+	case "json":
+		enc := json.NewEncoder(o.streams.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case "yaml":
+		data, err := sigsyaml.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		_, err = o.streams.Out.Write(data)
+		return err
+	}
+	printWhy(o.streams.Out, rep)
+	return nil
+}
+
+func summarizePod(pod *corev1.Pod) *podSummary {
+	s := &podSummary{Namespace: pod.Namespace, Name: pod.Name, Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			s.Scheduler = strings.TrimSpace(c.Message)
+		}
+	}
+	return s
+}
+
+// explainPodClaim finds the claim behind one entry of pod.spec.resourceClaims: a named claim, the
+// claim generated from a template, or, before the controller created it, the template's spec.
+func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *feasibility.View, fl *fleet.Fleet,
+	claims map[string]*resourceapi.ResourceClaim, pod *corev1.Pod, pc *corev1.PodResourceClaim) (claimReport, error) {
+	name, _, err := resourceclaim.Name(pod, pc)
+	switch {
+	case errors.Is(err, resourceclaim.ErrClaimNotFound):
+		cr := claimReport{Namespace: pod.Namespace, PodClaim: pc.Name, Template: *pc.ResourceClaimTemplateName}
+		t, err := src.template(ctx, pod.Namespace, *pc.ResourceClaimTemplateName)
+		if err != nil {
+			return claimReport{}, err
+		}
+		if t == nil {
+			cr.Note = fmt.Sprintf("ResourceClaimTemplate %q does not exist, so no claim is created for the pod: create the template or fix spec.resourceClaims of the pod", cr.Template)
+			return cr, nil
+		}
+		cr.Note = "the claim is not created yet; judging the template's spec"
+		spec := t.Spec.Spec.DeepCopy()
+		resourceversion.Default(spec)
+		if cr.Diagnosis, err = view.Diagnose(ctx, pod.Namespace, spec, fl); err != nil {
+			return claimReport{}, err
+		}
+		return cr, nil
+	case err != nil:
+		return claimReport{}, err
+	case name == nil:
+		return claimReport{Namespace: pod.Namespace, PodClaim: pc.Name, Note: "the pod needs no claim for this entry"}, nil
+	}
+	c := claims[pod.Namespace+"/"+*name]
+	if c == nil {
+		return claimReport{Namespace: pod.Namespace, Name: *name, PodClaim: pc.Name,
+			Note: fmt.Sprintf("ResourceClaim %q does not exist: create it, or fix spec.resourceClaims of the pod", *name)}, nil
+	}
+	cr, err := explainClaim(ctx, view, fl, c)
+	cr.PodClaim = pc.Name
+	if pc.ResourceClaimTemplateName != nil {
+		cr.Template = *pc.ResourceClaimTemplateName
+	}
+	return cr, err
+}
+
+func explainClaim(ctx context.Context, view *feasibility.View, fl *fleet.Fleet, c *resourceapi.ResourceClaim) (claimReport, error) {
+	cr := claimReport{Namespace: c.Namespace, Name: c.Name}
+	for _, r := range c.Status.ReservedFor {
+		if r.APIGroup == "" && r.Resource == "pods" {
+			cr.ReservedFor = append(cr.ReservedFor, "pod "+c.Namespace+"/"+r.Name)
+			continue
+		}
+		cr.ReservedFor = append(cr.ReservedFor, r.Resource+" "+r.Name)
+	}
+	if c.DeletionTimestamp != nil {
+		cr.Note = "the claim is being deleted"
+	}
+	if a := c.Status.Allocation; a != nil {
+		cr.Allocated = true
+		for _, r := range a.Devices.Results {
+			cr.Devices = append(cr.Devices, r.Driver+"/"+r.Pool+"/"+r.Device)
+			if d := fl.Device(structured.MakeDeviceID(r.Driver, r.Pool, r.Device)); d != nil && !slices.Contains(cr.Nodes, d.Node) {
+				cr.Nodes = append(cr.Nodes, d.Node)
+			}
+		}
+		return cr, nil
+	}
+	spec := c.Spec.DeepCopy()
+	resourceversion.Default(spec)
+	var err error
+	cr.Diagnosis, err = view.Diagnose(ctx, c.Namespace, spec, fl)
+	return cr, err
+}
+
+// whySource is where why reads from: a cluster, or a --cluster-state file.
+type whySource struct {
+	namespace string
+	client    *readClient
+	file      *clusterState
+	errOut    io.Writer
+}
+
+func (o *whyOptions) source() (*whySource, error) {
+	if o.clusterStateFile != "" {
+		data, err := os.ReadFile(o.clusterStateFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-state: %w", err)
+		}
+		state, err := readClusterState(data)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-state %s: %w", o.clusterStateFile, err)
+		}
+		ns := *o.flags.Namespace
+		if ns == "" {
+			ns = metav1.NamespaceDefault
+		}
+		return &whySource{namespace: ns, file: state}, nil
+	}
+	ns, _, err := o.flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, err
+	}
+	c, err := newReadClient(o.flags)
+	if err != nil {
+		return nil, err
+	}
+	return &whySource{namespace: ns, client: c, errOut: o.streams.ErrOut}, nil
+}
+
+func (s *whySource) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	if s.file != nil {
+		for _, p := range s.file.Pods {
+			if p.Namespace == ns && p.Name == name {
+				return p, nil
+			}
+		}
+		return nil, fmt.Errorf("pod %q not found in namespace %q", name, ns)
+	}
+	p, err := s.client.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	}
+	return p, nil
+}
+
+// template returns the named template, or nil when it does not exist.
+func (s *whySource) template(ctx context.Context, ns, name string) (*resourceapi.ResourceClaimTemplate, error) {
+	if s.file != nil {
+		for _, t := range s.file.Templates {
+			if t.Namespace == ns && t.Name == name {
+				return t, nil
+			}
+		}
+		return nil, nil
+	}
+	t, err := s.client.dra.ResourceClaimTemplates(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get ResourceClaimTemplate %s/%s: %w", ns, name, err)
+	}
+	return t, nil
+}
+
+func (s *whySource) state(ctx context.Context) (*clusterState, error) {
+	if s.file != nil {
+		return s.file, nil
+	}
+	state, notes, err := s.client.list(ctx, listOptions{classes: true, nodes: true}, s.errOut)
+	for _, n := range notes {
+		fmt.Fprintf(s.errOut, "kubectl dra: %s\n", n)
+	}
+	return state, err
+}
