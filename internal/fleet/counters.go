@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -49,48 +50,42 @@ func (f *Fleet) addCounters() {
 	slices.SortFunc(f.CounterSets, func(a, b *CounterSet) int {
 		return cmp.Or(cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Name, b.Name))
 	})
+	// What held devices use first, then which of the others no longer fit.
 	for _, d := range f.Devices {
-		if len(d.holders()) == 0 {
-			continue
-		}
-		for _, cc := range d.device.ConsumesCounters {
-			set := sets[counterKey{d.Driver, d.Pool, cc.CounterSet}]
-			if set == nil {
-				continue
-			}
-			for n, c := range cc.Counters {
-				u, ok := set.Counters[n]
-				if !ok {
-					continue
-				}
-				u.Used.Add(c.Value)
-				set.Counters[n] = u
-			}
+		if len(d.Holders()) > 0 {
+			d.eachCounter(sets, func(_ string, u *CounterUsed, c resourceapi.Counter) { u.Used.Add(c.Value) })
 		}
 	}
 	for _, d := range f.Devices {
-		if len(d.holders()) > 0 {
+		if len(d.Holders()) > 0 {
 			continue
 		}
-		for _, cc := range d.device.ConsumesCounters {
-			set := sets[counterKey{d.Driver, d.Pool, cc.CounterSet}]
-			if set == nil {
-				// The pool's counters are not (yet) published: the allocator waits for them, this
-				// report does not guess.
+		d.eachCounter(sets, func(set string, u *CounterUsed, c resourceapi.Counter) {
+			left := u.Value.DeepCopy()
+			left.Sub(u.Used)
+			if left.Cmp(c.Value) < 0 && !slices.Contains(d.CountersShort, set) {
+				d.CountersShort = append(d.CountersShort, set)
+			}
+		})
+	}
+}
+
+// eachCounter calls f for every counter the device consumes of a published counter set of its
+// pool. A set that is not (yet) published is skipped: the allocator waits for it, this report
+// does not guess.
+func (d *Device) eachCounter(sets map[counterKey]*CounterSet, f func(set string, u *CounterUsed, c resourceapi.Counter)) {
+	for _, cc := range d.device.ConsumesCounters {
+		set := sets[counterKey{d.Driver, d.Pool, cc.CounterSet}]
+		if set == nil {
+			continue
+		}
+		for n, c := range cc.Counters {
+			u, ok := set.Counters[n]
+			if !ok {
 				continue
 			}
-			for n, c := range cc.Counters {
-				u, ok := set.Counters[n]
-				if !ok {
-					continue
-				}
-				left := u.Value.DeepCopy()
-				left.Sub(u.Used)
-				if left.Cmp(c.Value) < 0 {
-					d.CountersShort = append(d.CountersShort, cc.CounterSet)
-					break
-				}
-			}
+			f(cc.CounterSet, &u, c)
+			set.Counters[n] = u
 		}
 	}
 }

@@ -204,9 +204,9 @@ func Build(in Input) *Fleet {
 	f.addCounters()
 	for _, d := range f.Devices {
 		switch {
-		case len(d.holders()) > 0 && d.Shared:
+		case len(d.Holders()) > 0 && d.Shared:
 			d.State = StateShared
-		case len(d.holders()) > 0:
+		case len(d.Holders()) > 0:
 			d.State = StateAllocated
 		case len(d.CountersShort) > 0:
 			d.State = StateBlocked
@@ -217,8 +217,8 @@ func Build(in Input) *Fleet {
 	return f
 }
 
-// holders are the allocations that hold the device (admin access does not).
-func (d *Device) holders() []Allocation {
+// Holders are the allocations that hold the device: admin access only watches it.
+func (d *Device) Holders() []Allocation {
 	var out []Allocation
 	for _, a := range d.Allocations {
 		if !a.AdminAccess {
@@ -227,9 +227,6 @@ func (d *Device) holders() []Allocation {
 	}
 	return out
 }
-
-// Holders are the allocations holding the device, without admin access ones.
-func (d *Device) Holders() []Allocation { return d.holders() }
 
 func sliceNode(sl *resourceapi.ResourceSlice) string {
 	switch {

@@ -37,6 +37,22 @@ func (d *diagnoser) judgeClaim(ctx context.Context, diag *Diagnosis, all []*judg
 		diag.Findings = append(diag.Findings, d.apart(all))
 		return
 	}
+	// A matchAttribute constraint needs as many available devices sharing one value as its
+	// requests want together; nodes without them are out before any allocator runs (with unique
+	// values, such as uuid, every node has a shape of its own and the allocator would run on each).
+	kept, ruledOut := d.constraintsPossible(all, candidates)
+	if len(kept) == 0 {
+		for ci, c := range d.spec.Devices.Constraints {
+			if ruledOut[ci] == len(candidates) {
+				diag.Findings = append(diag.Findings, d.constraint(ci, c, all, candidates))
+			}
+		}
+		if len(diag.Findings) == 0 {
+			diag.Findings = append(diag.Findings, constraintsTogether())
+		}
+		return
+	}
+	candidates = kept
 	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
 	defer cancel()
 	alts := make([]*alternative, 0, len(all))
@@ -71,14 +87,112 @@ func (d *diagnoser) judgeClaim(ctx context.Context, diag *Diagnosis, all []*judg
 				}
 			}
 			if len(diag.Findings) == 0 {
-				diag.Findings = append(diag.Findings, Finding{Cause: CauseConstraint,
-					Message: "each of the claim's constraints can hold alone, but not all of them at once on any node",
-					Fix:     "drop one of the constraints or ask for fewer devices"})
+				diag.Findings = append(diag.Findings, constraintsTogether())
 			}
 			return
 		}
 	}
 	diag.Findings = append(diag.Findings, d.conflict(all, candidates))
+}
+
+func constraintsTogether() Finding {
+	return Finding{Cause: CauseConstraint, Message: "each of the claim's constraints can hold alone, but not all of them at once on any node",
+		Fix: "drop one of the constraints or ask for fewer devices"}
+}
+
+// constraintsPossible keeps the candidate nodes where every matchAttribute constraint has enough
+// available devices with one value for the requests it names; ruledOut counts, per constraint,
+// the nodes it excludes. A shared device may serve several requests at once, so constraints over
+// requests that match one are not judged here.
+func (d *diagnoser) constraintsPossible(all []*judged, candidates []int) ([]int, map[int]int) {
+	ruledOut := map[int]int{}
+	type check struct {
+		ci           int
+		domain, name string
+		sub          []*judged
+		union        []bool
+	}
+	var checks []check
+	for ci, c := range d.spec.Devices.Constraints {
+		if c.MatchAttribute == nil {
+			continue
+		}
+		sub := d.involved(c, all)
+		union := d.unionMatched(sub)
+		if d.anyShared(union) {
+			continue
+		}
+		domain, name := splitQualified(string(*c.MatchAttribute))
+		checks = append(checks, check{ci, domain, name, sub, union})
+	}
+	var kept []int
+	for _, n := range candidates {
+		ok := true
+		for _, c := range checks {
+			group := 0
+			for _, k := range d.valueGroups(c.sub, c.union, n, c.domain, c.name) {
+				group = max(group, k)
+			}
+			if int64(group) < d.need(c.sub, n) {
+				ruledOut[c.ci]++
+				ok = false
+			}
+		}
+		if ok {
+			kept = append(kept, n)
+		}
+	}
+	return kept, ruledOut
+}
+
+func (d *diagnoser) anyShared(matched []bool) bool {
+	for di, m := range matched {
+		if m && d.devices[di] != nil && d.devices[di].Shared {
+			return true
+		}
+	}
+	return false
+}
+
+// involved are the judged requests a constraint names (all of them when it names none).
+func (d *diagnoser) involved(c resourceapi.DeviceConstraint, all []*judged) []*judged {
+	names := requestNames(d.spec, c.Requests)
+	var sub []*judged
+	for _, j := range all {
+		if slices.ContainsFunc(names, func(n string) bool { return n == j.name || n == strings.SplitN(j.name, "/", 2)[0] }) {
+			sub = append(sub, j)
+		}
+	}
+	return sub
+}
+
+// need is how many devices the requests of sub want together on node n, each at its fewest.
+func (d *diagnoser) need(sub []*judged, n int) int64 {
+	var total int64
+	seen := map[int]bool{}
+	for _, j := range sub {
+		if seen[j.index] {
+			continue
+		}
+		seen[j.index] = true
+		total += max(wanted(sub, j.index, n), 0)
+	}
+	return total
+}
+
+// valueGroups counts the available devices on node n that requests of sub match, by their value
+// of the attribute domain/name; devices without it are left out.
+func (d *diagnoser) valueGroups(sub []*judged, union []bool, n int, domain, name string) map[string]int {
+	values := map[string]int{}
+	for di, m := range union {
+		if !m || !d.availableOn(sub, di, n) {
+			continue
+		}
+		if v, ok := attributeValue(&d.s.devices[di].input, domain, name); ok {
+			values[v]++
+		}
+	}
+	return values
 }
 
 // firstFit tries the allocator, with the current allocations, on one node of each shape among
@@ -232,15 +346,7 @@ func (d *diagnoser) availableOn(all []*judged, di, n int) bool {
 // enough of them do share.
 func (d *diagnoser) constraint(ci int, c resourceapi.DeviceConstraint, all []*judged, candidates []int) Finding {
 	names := requestNames(d.spec, c.Requests)
-	involved := func(j *judged) bool {
-		return slices.ContainsFunc(names, func(n string) bool { return n == j.name || n == strings.SplitN(j.name, "/", 2)[0] })
-	}
-	var sub []*judged
-	for _, j := range all {
-		if involved(j) {
-			sub = append(sub, j)
-		}
-	}
+	sub := d.involved(c, all)
 	f := Finding{Cause: CauseConstraint, Fix: "drop the constraint or ask for fewer devices"}
 	if c.MatchAttribute == nil {
 		f.Message = fmt.Sprintf("constraint %d (requests %s) cannot hold on any node", ci, strings.Join(names, ", "))
@@ -249,19 +355,10 @@ func (d *diagnoser) constraint(ci int, c resourceapi.DeviceConstraint, all []*ju
 	attr := string(*c.MatchAttribute)
 	domain, name := splitQualified(attr)
 	best, bestGroup := candidates[0], -1
-	var need int64
 	var bestValues map[string]int
 	union := d.unionMatched(sub)
 	for _, n := range candidates {
-		values := map[string]int{}
-		for di, m := range union {
-			if !m || !d.availableOn(sub, di, n) {
-				continue
-			}
-			if v, ok := attributeValue(&d.s.devices[di].input, domain, name); ok {
-				values[v]++
-			}
-		}
+		values := d.valueGroups(sub, union, n, domain, name)
 		group := 0
 		for _, k := range values {
 			group = max(group, k)
@@ -270,11 +367,7 @@ func (d *diagnoser) constraint(ci int, c resourceapi.DeviceConstraint, all []*ju
 			best, bestGroup, bestValues = n, group, values
 		}
 	}
-	for ri, r := range d.spec.Devices.Requests {
-		if slices.Contains(names, r.Name) || slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, r.Name+"/") }) {
-			need += max(wanted(all, ri, best), 0)
-		}
-	}
+	need := d.need(sub, best)
 	node := d.s.nodes[best].Name
 	f.Message = fmt.Sprintf("constraint matchAttribute %s over requests %s cannot hold: together they need %d devices with the same %s, but no node has more than %s with one value (best node %s: %s)",
 		attr, strings.Join(names, ", "), need, name, plural(bestGroup, "available matching device"), node, plural(len(bestValues), "value"))

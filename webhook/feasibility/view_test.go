@@ -92,12 +92,18 @@ type claimCase struct {
 	Spec     resourceapi.ResourceClaimSpec `json:"spec"`
 }
 
-// naive asks the allocator on every node with every slice: no grouping, no caching.
+// naive asks the allocator on every node with every slice: no grouping, no caching, no allocations.
 func naive(ctx context.Context, t *testing.T, st *published.Objects, spec *resourceapi.ResourceClaimSpec) bool {
 	t.Helper()
+	return naiveWith(ctx, t, st, structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}, spec)
+}
+
+// naiveWith is naive with the given allocations.
+func naiveWith(ctx context.Context, t *testing.T, st *published.Objects, state structured.AllocatedState, spec *resourceapi.ResourceClaimSpec) bool {
+	t.Helper()
 	for _, n := range st.Nodes {
-		a, err := structured.NewAllocator(ctx, structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true},
-			structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()},
+		a, err := structured.NewAllocator(ctx, structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true}, state,
 			classLister{s: &snapshot{classes: map[string]*resourceapi.DeviceClass{"gpu": st.Classes[0], "fabric": st.Classes[1]}}}, st.Slices, dracel.NewCache(10, dracel.Features{}))
 		if err != nil {
 			t.Fatal(err)
