@@ -15,7 +15,7 @@ type result struct {
 }
 
 // run executes `kubectl dra args...` in-process, as main does.
-func run(t *testing.T, stdin string, args ...string) result {
+func run(t testing.TB, stdin string, args ...string) result {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := NewCommand(genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut})

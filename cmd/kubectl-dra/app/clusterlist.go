@@ -64,7 +64,7 @@ type listOptions struct {
 // waits for when that takes more than progressDelay. notes say what could not be read and is left
 // out (DeviceTaintRules the user may not list).
 func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Writer) (state *clusterState, notes []string, err error) {
-	p := newProgress(errOut)
+	p := newProgress(errOut, progressDelay)
 	defer p.stop()
 	state = &clusterState{}
 	g, ctx := errgroup.WithContext(ctx)

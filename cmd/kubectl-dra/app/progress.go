@@ -25,9 +25,10 @@ type progress struct {
 	timer   *time.Timer
 }
 
-func newProgress(w io.Writer) *progress {
+// newProgress starts the clock; after delay (progressDelay outside tests) it reports.
+func newProgress(w io.Writer, delay time.Duration) *progress {
 	p := &progress{w: w, start: time.Now(), now: time.Now}
-	p.timer = time.AfterFunc(progressDelay, p.show)
+	p.timer = time.AfterFunc(delay, p.show)
 	return p
 }
 

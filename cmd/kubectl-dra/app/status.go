@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -97,18 +98,8 @@ func (o *statusOptions) run(ctx context.Context) error {
 		}
 	}
 	rep := fleet.Build(state.fleetInput()).Report(sel)
-	switch o.output {
-	case "json":
-		enc := json.NewEncoder(o.streams.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	case "yaml":
-		data, err := sigsyaml.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		_, err = o.streams.Out.Write(data)
-		return err
+	if o.output == "json" || o.output == "yaml" {
+		return printStructured(o.streams.Out, o.output, rep)
 	}
 	if len(rep.Nodes) == 0 {
 		what := "any driver"
@@ -171,4 +162,19 @@ func (o *statusOptions) selectNodes(nodes []*corev1.Node) []*corev1.Node {
 		out = append(out, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.node}})
 	}
 	return out
+}
+
+// printStructured writes v as indented JSON or as YAML.
+func printStructured(out io.Writer, format string, v any) error {
+	if format == "yaml" {
+		data, err := sigsyaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(data)
+		return err
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

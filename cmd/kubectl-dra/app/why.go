@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/fleet"
@@ -189,18 +187,8 @@ func (o *whyOptions) run(ctx context.Context, kind, name string) error {
 			rep.Claims = append(rep.Claims, cr)
 		}
 	}
-	switch o.output {
-	case "json":
-		enc := json.NewEncoder(o.streams.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	case "yaml":
-		data, err := sigsyaml.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		_, err = o.streams.Out.Write(data)
-		return err
+	if o.output != "" {
+		return printStructured(o.streams.Out, o.output, rep)
 	}
 	printWhy(o.streams.Out, rep)
 	return nil

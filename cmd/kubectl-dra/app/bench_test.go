@@ -1,0 +1,160 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
+)
+
+const (
+	benchNodes   = 1000
+	benchGPUs    = 8
+	benchWorkers = 16
+)
+
+// BenchmarkFleet1000Nodes runs status and why, as `kubectl dra` runs them, against a real
+// kube-apiserver holding 1,000 nodes (with a realistic status) and their ResourceSlices of 8 GPUs,
+// with 1 to 7 GPUs of every node held by single-GPU claims (3,997 claims, each reserved for a pod),
+// so that a pod asking for 8 GPUs finds none. Setting it up takes about a minute; each operation
+// is one command from kubeconfig to printed answer.
+//
+//	go test -run '^$' -bench BenchmarkFleet1000Nodes -benchtime 5x ./cmd/kubectl-dra/app
+func BenchmarkFleet1000Nodes(b *testing.B) {
+	srv := testapiserver.Start(b)
+	populate(b, srv)
+	kubeconfig := writeKubeconfig(b, srv.Config)
+	b.Setenv("KUBECONFIG", "")
+	for _, bc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"status", []string{"status"}, "LATEST-GPU-MODEL   8000      4003   3997"},
+		{"status-one-node", []string{"status", "--node", "n0500"}, "n0500"},
+		{"why-nine", []string{"why", "resourceclaim/nine"}, "TooFewDevices: 9 wanted, best node n0000 has 8 matching"},
+		{"why-eight-held", []string{"why", "resourceclaim/eight"}, "DevicesAllocated: 3997 matching devices on the 1000 nodes"},
+		{"why-two-fit", []string{"why", "resourceclaim/two"}, "Allocatable: the allocator finds devices for the claim now"},
+		{"why-constraint", []string{"why", "resourceclaim/pair"}, "ConstraintUnsatisfiable"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				r := run(b, "", append(bc.args, "--kubeconfig", kubeconfig)...)
+				if r.code != 0 || !strings.Contains(r.stdout, bc.want) {
+					b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// populate creates the benchmark's cluster with benchWorkers requests in flight.
+func populate(b *testing.B, srv *testapiserver.Server) {
+	b.Helper()
+	ctx := context.Background()
+	cs := srv.Clientset
+	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: deviceschema.DefaultDriverName},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}}
+	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(benchWorkers)
+	for i := range benchNodes {
+		g.Go(func() error { return createBenchNode(ctx, srv, i) })
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	exact := func(count int64) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class.Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}
+	}
+	pending := map[string]resourceapi.DeviceClaim{
+		"nine":  {Requests: []resourceapi.DeviceRequest{exact(9)}},
+		"eight": {Requests: []resourceapi.DeviceRequest{exact(8)}},
+		"two":   {Requests: []resourceapi.DeviceRequest{exact(2)}},
+		"pair": {Requests: []resourceapi.DeviceRequest{{Name: "a", Exactly: exact(1).Exactly}, {Name: "b", Exactly: exact(1).Exactly}},
+			Constraints: []resourceapi.DeviceConstraint{{MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("gpu.example.com/uuid"))}}},
+	}
+	for name, devices := range pending {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{Devices: devices}}
+		if _, err := cs.ResourceV1().ResourceClaims("default").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// createBenchNode creates node i with a kubelet's kind of status, its slice and the claims holding
+// 1 + i%7 of its GPUs.
+func createBenchNode(ctx context.Context, srv *testapiserver.Server, i int) error {
+	cs := srv.Clientset
+	name := fmt.Sprintf("n%04d", i)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "gpu.example.com/group": "latest", "topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%3)}}}
+	created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	created.Status = corev1.NodeStatus{
+		Capacity:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250)}, {Type: corev1.NodeHostName, Address: name}},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.2", ContainerRuntimeVersion: "containerd://2.2.0", OSImage: "Debian GNU/Linux 12", Architecture: "amd64", OperatingSystem: "linux"},
+	}
+	for k := range 20 {
+		created.Status.Images = append(created.Status.Images, corev1.ContainerImage{
+			Names: []string{fmt.Sprintf("registry.example.com/team/image-%d@sha256:%064d", k, k), fmt.Sprintf("registry.example.com/team/image-%d:v1.%d", k, k)}, SizeBytes: int64(100_000_000 + k)})
+	}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu.example.com"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: deviceschema.DefaultDriverName, NodeName: ptr.To(name), Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}}}
+	for d := range benchGPUs {
+		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: deviceschema.DeviceName(d),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				deviceschema.AttrIndex:         {IntValue: ptr.To(int64(d))},
+				deviceschema.AttrUUID:          {StringValue: ptr.To(fmt.Sprintf("gpu-%s-%d", name, d))},
+				deviceschema.AttrModel:         {StringValue: ptr.To(deviceschema.DefaultModel)},
+				deviceschema.AttrDriverVersion: {VersionValue: ptr.To(deviceschema.DefaultDriverVersion)},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{deviceschema.CapMemory: {Value: deviceschema.DefaultMemory}}})
+	}
+	if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for d := range 1 + i%7 {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%s-%d", name, d), Namespace: "default"},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: deviceschema.DefaultDriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+		created, err := cs.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		created.Status.Allocation = &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: deviceschema.DefaultDriverName, Pool: name, Device: deviceschema.DeviceName(d)}}},
+			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{name}}}}}},
+		}
+		created.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: c.Name, UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i*8+d))}}
+		if _, err := cs.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
