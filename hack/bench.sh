@@ -14,4 +14,7 @@ GOGC=400 run -bench 'BenchmarkMutatePodLoadTool' -benchtime 3000x ./webhook/podi
 run -bench 'BenchmarkHandle|BenchmarkReview' -benchmem ./webhook/podinject
 run -bench 'BenchmarkPrepareUnprepare' -benchtime 1000x ./cmd/gpu-kubelet-plugin
 run -bench 'BenchmarkDriverPrepareUnprepare' -benchtime 1000x ./driver/plugin
+# kubectl dra status and why against a real kube-apiserver with 1,000 nodes' slices (about a
+# minute to populate per count).
+run -bench 'BenchmarkFleet1000Nodes' -benchtime 5x ./cmd/kubectl-dra/app
 "${BENCHSTAT:-benchstat}" "$out"
