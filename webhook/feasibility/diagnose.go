@@ -159,14 +159,39 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 	if err != nil {
 		return nil, err
 	}
+	diag, err := newDiagnoser(v, s, namespace, spec, fl).run(ctx)
+	if err != nil || diag.Allocatable || !waitsForOthers(diag) {
+		return diag, err
+	}
+	// Devices held by others hide what would stop the claim once they are free: ask again with
+	// every device free, and add what the claim itself cannot do (its constraints, requests that
+	// only fit one by one), so nobody waits for nothing.
+	free, err := newDiagnoser(v, s, namespace, spec, fleet.Build(fleet.Input{Slices: fl.Slices})).run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range free.Findings {
+		if f.Cause == CauseConstraint || f.Cause == CauseConflict {
+			f.Message = "even with every device free, " + f.Message
+			diag.Findings = append(diag.Findings, f)
+		}
+	}
+	return diag, nil
+}
+
+func newDiagnoser(v *View, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *fleet.Fleet) *diagnoser {
 	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make([]*fleet.Device, len(s.devices))}
 	for i := range s.devices {
 		d.devices[i] = fl.Device(s.devices[i].id)
 	}
+	return d
+}
+
+func (d *diagnoser) run(ctx context.Context) (*Diagnosis, error) {
 	diag := &Diagnosis{Requests: []RequestDiagnosis{}}
 	var all []*judged
 	complete := true
-	for _, r := range requestsOf(spec) {
+	for _, r := range requestsOf(d.spec) {
 		j := d.judge(ctx, r)
 		diag.Requests = append(diag.Requests, *j.diag)
 		if j.alt == nil {
@@ -182,6 +207,18 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 		d.judgeClaim(ctx, diag, all)
 	}
 	return diag, nil
+}
+
+// waitsForOthers: some request is short of devices because other claims use them.
+func waitsForOthers(diag *Diagnosis) bool {
+	for _, r := range diag.Requests {
+		for _, f := range r.Findings {
+			if f.Cause == CauseAllocated || f.Cause == CauseCounters || f.Cause == CauseCapacity {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // judge counts the request's devices node by node and names its obstacles.

@@ -35,6 +35,8 @@ var whyCases = []struct {
 	{name: "template-missing", state: whyCluster, args: []string{"pod/orphan"}},
 	{name: "held", state: whyBusy, args: []string{"pod/latest"}, causes: []feasibility.Cause{feasibility.CauseAllocated}, json: true},
 	{name: "tainted", state: whyBusy, args: []string{"pod/old"}, causes: []feasibility.Cause{feasibility.CauseTainted}, json: true},
+	{name: "held-and-constraint", state: whyBusy, args: []string{"resourceclaim/pair"},
+		causes: []feasibility.Cause{feasibility.CauseAllocated, feasibility.CauseAllocated, feasibility.CauseConstraint}},
 	{name: "tolerated", state: whyBusy, args: []string{"resourceclaim/old-tolerant"}, causes: []feasibility.Cause{feasibility.CauseAllocatable}, allocatable: true},
 	{name: "counters", state: statusShared, args: []string{"resourceclaim/whole", "-n", "team-b"}, causes: []feasibility.Cause{feasibility.CauseCounters}, json: true},
 	{name: "capacity", state: statusShared, args: []string{"resourceclaim/big-share", "-n", "team-b"}, causes: []feasibility.Cause{feasibility.CauseCapacity}},
