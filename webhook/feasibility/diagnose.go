@@ -154,7 +154,12 @@ type judged struct {
 // the API server does) or finds the node where it can. Unlike Unsatisfiable it counts the
 // cluster's current allocations, from fl, which must have been built from the same slices the
 // view lists (fleet.Fleet.Slices: with the DeviceTaintRules' taints, as the scheduler sees them).
+// A spec the API server refuses gets an error: the allocator assumes a validated claim (see
+// wellFormed), and a --cluster-state file is not validated by anyone.
 func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec, fl *fleet.Fleet) (*Diagnosis, error) {
+	if err := wellFormed(spec); err != nil {
+		return nil, fmt.Errorf("a claim spec the API server refuses: %w", err)
+	}
 	s, err := v.current()
 	if err != nil {
 		return nil, err

@@ -152,3 +152,40 @@ func TestDiagnoseMessages(t *testing.T) {
 func spec(r resourceapi.ExactDeviceRequest) resourceapi.ResourceClaimSpec {
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &r}}}}
 }
+
+// TestDiagnoseMalformed: a spec the API server refuses (a --cluster-state file can hold one) gets
+// an error naming the field, not a diagnosis (two requests named alike were called allocatable)
+// and no allocator run, which assumes a validated claim.
+func TestDiagnoseMalformed(t *testing.T) {
+	ctx := context.Background()
+	st, fl := busyCluster()
+	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
+	one := func(name string) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu"}}
+	}
+	for _, tc := range []struct {
+		name string
+		spec resourceapi.DeviceClaim
+		want string
+	}{
+		{"duplicate request", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("g"), one("g")}},
+			`spec.devices.requests[1].name: duplicate name "g"`},
+		{"duplicate request with a constraint", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("g"), one("g")},
+			Constraints: []resourceapi.DeviceConstraint{{MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("gpu.example.com/uuid"))}}},
+			`spec.devices.requests[1].name: duplicate name "g"`},
+		{"constraint names nothing", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("g")},
+			Constraints: []resourceapi.DeviceConstraint{{Requests: []string{"h"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("gpu.example.com/uuid"))}}},
+			`spec.devices.constraints[0].requests[0]: no request named "h"`},
+		{"neither exactly nor firstAvailable", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "g"}}},
+			"spec.devices.requests[0]: exactly one of exactly and firstAvailable must be set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &resourceapi.ResourceClaimSpec{Devices: tc.spec}
+			resourceversion.Default(s)
+			d, err := view.Diagnose(ctx, "default", s, fl)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %+v, %v; want an error containing %q", d, err, tc.want)
+			}
+		})
+	}
+}

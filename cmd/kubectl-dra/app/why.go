@@ -224,7 +224,7 @@ func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *
 		spec := t.Spec.Spec.DeepCopy()
 		resourceversion.Default(spec)
 		if cr.Diagnosis, err = view.Diagnose(ctx, pod.Namespace, spec, fl); err != nil {
-			return claimReport{}, err
+			return claimReport{}, fmt.Errorf("ResourceClaimTemplate %s/%s: %w", pod.Namespace, cr.Template, err)
 		}
 		return cr, nil
 	case err != nil:
@@ -270,8 +270,10 @@ func explainClaim(ctx context.Context, view *feasibility.View, fl *fleet.Fleet, 
 	spec := c.Spec.DeepCopy()
 	resourceversion.Default(spec)
 	var err error
-	cr.Diagnosis, err = view.Diagnose(ctx, c.Namespace, spec, fl)
-	return cr, err
+	if cr.Diagnosis, err = view.Diagnose(ctx, c.Namespace, spec, fl); err != nil {
+		return claimReport{}, fmt.Errorf("ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return cr, nil
 }
 
 // whySource is where why reads from: a cluster, or a --cluster-state file.

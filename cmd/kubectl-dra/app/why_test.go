@@ -44,6 +44,7 @@ var whyCases = []struct {
 		causes: []feasibility.Cause{feasibility.CauseAllocatable}, allocatable: true},
 	{name: "no-such-pod", state: whyCluster, args: []string{"pod/nope"}, code: ExitFailed},
 	{name: "bad-target", state: whyCluster, args: []string{"node/las1"}, code: ExitFailed},
+	{name: "malformed", state: "testdata/why/malformed.yaml", args: []string{"resourceclaim/twice"}, code: ExitFailed},
 }
 
 func TestWhy(t *testing.T) {
