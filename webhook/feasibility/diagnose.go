@@ -208,7 +208,7 @@ func (d *diagnoser) run(ctx context.Context) (*Diagnosis, error) {
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
-	if complete && len(all) > 0 {
+	if complete {
 		d.judgeClaim(ctx, diag, all)
 	}
 	return diag, nil

@@ -54,19 +54,25 @@ type diagnoseCase struct {
 	Spec        resourceapi.ResourceClaimSpec `json:"spec"`
 }
 
-func TestDiagnoseAgreesWithAllocator(t *testing.T) {
-	ctx := context.Background()
+// diagnoseCases are testdata/diagnose.yaml's.
+func diagnoseCases(tb testing.TB) []diagnoseCase {
+	tb.Helper()
 	data, err := os.ReadFile("testdata/diagnose.yaml")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var cases []diagnoseCase
 	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return cases
+}
+
+func TestDiagnoseAgreesWithAllocator(t *testing.T) {
+	ctx := context.Background()
 	st, fl := busyCluster()
 	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
-	for _, tc := range cases {
+	for _, tc := range diagnoseCases(t) {
 		t.Run(tc.Name, func(t *testing.T) {
 			spec := tc.Spec.DeepCopy()
 			resourceversion.Default(spec)
