@@ -20,12 +20,13 @@ import (
 	"github.com/gpu-dra/gpu-dra/cmd/kubectl-dra/app"
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
 	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
 // TestStatusAndWhy: `kubectl dra status` shows the seed's pod holding its GPU, and `kubectl dra
 // why` names the cause for four pods that stay Pending while another claim holds all 8 GPUs: 9
 // GPUs on a node of 8, a typo in the model, a matchAttribute constraint on the uuid (which could
-// not hold with every GPU free either), and one GPU.
+// not hold with every GPU free either), and one GPU; in the text and, cause by cause, in -o json.
 // The chart declares a group of 16-GPU nodes the cluster does not have, so that the webhook
 // admits the 9-GPU claim (with its warning) instead of denying it.
 func TestStatusAndWhy(t *testing.T) {
@@ -104,18 +105,24 @@ func TestStatusAndWhy(t *testing.T) {
 		pod     string
 		devices resourceapi.DeviceClaim
 		want    []string
+		// causes are the findings' causes in -o json, requests first, then the claim's.
+		causes []feasibility.Cause
 	}{
 		{"nine", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: gpu(9)}}},
-			[]string{"TooFewDevices: 9 wanted, best node " + nodeName(t, c) + " has 8 matching", "fix: request at most 8"}},
+			[]string{"TooFewDevices: 9 wanted, best node " + nodeName(t, c) + " has 8 matching", "fix: request at most 8"},
+			[]feasibility.Cause{feasibility.CauseTooFew}},
 		{"typo", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: gpu(1, `device.attributes["gpu.example.com"].model == "LATEST-GPU-MODLE"`)}}},
-			[]string{"NoMatchingDevice: selector 0 matches none of the 8 devices", `did you mean "LATEST-GPU-MODEL"?`}},
+			[]string{"NoMatchingDevice: selector 0 matches none of the 8 devices", `did you mean "LATEST-GPU-MODEL"?`},
+			[]feasibility.Cause{feasibility.CauseNoMatch}},
 		{"pair", resourceapi.DeviceClaim{
 			Requests:    []resourceapi.DeviceRequest{{Name: "a", Exactly: gpu(1)}, {Name: "b", Exactly: gpu(1)}},
 			Constraints: []resourceapi.DeviceConstraint{{MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(driver + "/uuid"))}}},
 			// Behind the held GPUs: said for what it is, a constraint that could not hold anyway.
-			[]string{"ConstraintUnsatisfiable: even with every device free, constraint matchAttribute gpu.example.com/uuid over requests a, b cannot hold"}},
+			[]string{"ConstraintUnsatisfiable: even with every device free, constraint matchAttribute gpu.example.com/uuid over requests a, b cannot hold"},
+			[]feasibility.Cause{feasibility.CauseAllocated, feasibility.CauseAllocated, feasibility.CauseConstraint}},
 		{"blocked", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: gpu(1)}}},
-			[]string{"DevicesAllocated: 8 matching devices on node " + nodeName(t, c) + " are allocated to other claims", "held by " + ns + "/hog (pod " + ns + "/hog)"}},
+			[]string{"DevicesAllocated: 8 matching devices on node " + nodeName(t, c) + " are allocated to other claims", "held by " + ns + "/hog (pod " + ns + "/hog)"},
+			[]feasibility.Cause{feasibility.CauseAllocated}},
 	}
 	for _, tc := range cases {
 		create(t, tc.pod, tc.devices)
@@ -135,10 +142,37 @@ func TestStatusAndWhy(t *testing.T) {
 				return false, nil
 			})
 			out := kubectlDra(t, c, "why", "pod/"+tc.pod, "-n", ns)
+			t.Logf("kubectl dra why pod/%s:\n%s", tc.pod, out)
 			for _, w := range append(tc.want, "Pod "+ns+"/"+tc.pod+": Pending (scheduler: ") {
 				if !strings.Contains(out, w) {
 					t.Errorf("why pod/%s lacks %q:\n%s", tc.pod, w, out)
 				}
+			}
+			var rep struct {
+				Claims []struct {
+					Diagnosis *feasibility.Diagnosis `json:"diagnosis"`
+				} `json:"claims"`
+			}
+			j := kubectlDra(t, c, "why", "pod/"+tc.pod, "-n", ns, "-o", "json")
+			if err := json.Unmarshal([]byte(j), &rep); err != nil {
+				t.Fatalf("why -o json: %v\n%s", err, j)
+			}
+			var causes []feasibility.Cause
+			for _, cl := range rep.Claims {
+				if cl.Diagnosis == nil {
+					continue
+				}
+				for _, r := range cl.Diagnosis.Requests {
+					for _, f := range r.Findings {
+						causes = append(causes, f.Cause)
+					}
+				}
+				for _, f := range cl.Diagnosis.Findings {
+					causes = append(causes, f.Cause)
+				}
+			}
+			if len(rep.Claims) != 1 || !slices.Equal(causes, tc.causes) {
+				t.Errorf("why pod/%s -o json: %d claims, causes %v; want 1, %v\n%s", tc.pod, len(rep.Claims), causes, tc.causes, j)
 			}
 		})
 	}
