@@ -61,7 +61,28 @@ func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTem
 	}
 	// SetTransform fails only once the informer runs.
 	_ = m.informer.SetTransform(ctrlcache.TransformStripManagedFields())
+	// A reservation ends as soon as the watch shows its template: from then on the informer counts
+	// it, and once it is deleted nothing holds its place in the bound (waiting for the next reserve
+	// in the namespace to notice kept a deleted template counted until pendingTTL).
+	_, _ = m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    m.confirmed,
+		UpdateFunc: func(_, obj any) { m.confirmed(obj) },
+	})
 	return m
+}
+
+// confirmed ends the reservation of a template the informer shows.
+func (m *managedTemplates) confirmed(obj any) {
+	t, ok := obj.(*resourceapi.ResourceClaimTemplate)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending[t.Namespace], t.Name)
+	if len(m.pending[t.Namespace]) == 0 {
+		delete(m.pending, t.Namespace)
+	}
 }
 
 // onDelete calls f with each managed template deleted from the cluster.
