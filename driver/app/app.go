@@ -94,6 +94,8 @@ type instance struct {
 	resourceVersion string
 	driver          *plugin.Driver
 	metrics         *metrics.Metrics
+	// sharing decides, once per API server, whether node groups may publish shared GPUs.
+	sharing *plugin.SharingGate
 
 	stopStatus  func()
 	stopMetrics func()
@@ -114,9 +116,12 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 	if err != nil {
 		return fmt.Errorf("--node-groups: %w", err)
 	}
-	spec := groups.ForNode(node.Labels)
+	group, spec := groups.GroupFor(node.Labels)
 	logger.Info("Inventory", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
-	source := simulated.New(p.o.NodeName, spec)
+	p.sharing = &plugin.SharingGate{Probe: func(ctx context.Context) (string, error) {
+		return plugin.ProbeConsumableCapacity(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
+	}}
+	source := simulated.New(p.o.NodeName, p.sharing.Effective(ctx, group, spec))
 	if err := p.newDriver(ctx, source, fail); err != nil {
 		return err
 	}
@@ -257,7 +262,7 @@ func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source pl
 func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupSpec) {
 	watcher := &plugin.NodeGroupWatcher{
 		NodeName: p.o.NodeName, ConfigPath: p.o.NodeGroupsFile, Interval: p.o.NodeGroupsPollInterval,
-		Client: p.client, Driver: p.driver, Publisher: p.helper, Current: published,
+		Client: p.client, Driver: p.driver, Publisher: p.helper, Current: published, Sharing: p.sharing,
 	}
 	watchCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -27,6 +27,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
 // DefaultRoot is where container runtimes look for CDI specs by default.
@@ -48,6 +49,10 @@ const (
 	annotationDevice         = "device"
 	annotationAdminAccess    = "admin-access"
 )
+
+// annotationShareID names the share a CDI device is, for whoever reads the spec; recovery takes
+// it from the prepared-claim entry.
+const annotationShareID = "share-id"
 
 // Writer owns this driver's spec files in one CDI directory.
 type Writer struct {
@@ -84,6 +89,12 @@ func (w *Writer) Kind() string { return w.vendor + "/" + Class }
 // a runtime's cached spec of an earlier claim never matches.
 func DeviceName(claimUID types.UID, deviceName string) string {
 	return string(claimUID) + "-" + deviceName
+}
+
+// ShareDeviceName is the CDI device name of one share of a device (KEP-5075): the share ID keeps
+// two shares of one device in one claim apart, as the reference driver names them.
+func ShareDeviceName(claimUID types.UID, deviceName, shareID string) string {
+	return DeviceName(claimUID, deviceName) + "-" + shareID
 }
 
 // DeviceID is the qualified CDI device name the kubelet hands to the runtime for a device named
@@ -136,6 +147,14 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 		if d.Sharing.PartitionCount > 0 {
 			env = append(env, fmt.Sprintf("%s_PARTITION_COUNT=%d", prefix, d.Sharing.PartitionCount))
 		}
+		// A share's size, as the scheduler allocated it (rounded up to the device's request
+		// policy); the reference driver sets these for shares only.
+		if q, ok := d.ConsumedCapacity[string(deviceschema.CapMemory)]; ok {
+			env = append(env, prefix+"_MEMORY="+q.String())
+		}
+		if q, ok := d.ConsumedCapacity[string(deviceschema.CapCompute)]; ok {
+			env = append(env, prefix+"_COMPUTE="+q.String())
+		}
 		env = append(env, adminAccess)
 		annotations := map[string]string{
 			annotationRequest: d.Request,
@@ -144,6 +163,9 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 		}
 		if d.AdminAccess {
 			annotations[annotationAdminAccess] = "true"
+		}
+		if d.ShareID != "" {
+			annotations[annotationShareID] = d.ShareID
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           d.CDIDevice,

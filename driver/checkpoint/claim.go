@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -43,6 +44,10 @@ type PreparedDevice struct {
 	// with the driver's CDI kind). Recorded rather than derived, so that a changed naming scheme
 	// applies to new claims only.
 	CDIDevice string `json:"cdiDevice"`
+	// ShareID is set when the device is shared (allowMultipleAllocations): this entry is one
+	// share of it, and ConsumedCapacity is what the share takes of the device's capacities.
+	ShareID          string                       `json:"shareID,omitempty"`
+	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity,omitempty"`
 }
 
 // AdminAccess reports whether any device of the claim was allocated with admin access.

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
@@ -108,7 +109,7 @@ func claimDevices(driverName, poolName string, devices map[string]int, claim *re
 			return nil, fmt.Errorf("claim %s/%s: %s: device %s/%s is not a device of this node (pool %s)",
 				claim.Namespace, claim.Name, results.Index(i), r.Pool, r.Device, poolName)
 		}
-		out = append(out, checkpoint.PreparedDevice{
+		dev := checkpoint.PreparedDevice{
 			Request:     r.Request,
 			Pool:        r.Pool,
 			Device:      r.Device,
@@ -116,7 +117,19 @@ func claimDevices(driverName, poolName string, devices map[string]int, claim *re
 			Sharing:     sharingOf(configFor(configs, r.Request)),
 			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
 			CDIDevice:   cdi.DeviceName(claim.UID, r.Device),
-		})
+		}
+		if r.ShareID != nil {
+			// One share of a device that other claims (or other requests of this one) share too.
+			dev.ShareID = string(*r.ShareID)
+			dev.CDIDevice = cdi.ShareDeviceName(claim.UID, r.Device, dev.ShareID)
+			if len(r.ConsumedCapacity) > 0 {
+				dev.ConsumedCapacity = make(map[string]resource.Quantity, len(r.ConsumedCapacity))
+				for name, q := range r.ConsumedCapacity {
+					dev.ConsumedCapacity[string(name)] = q.DeepCopy()
+				}
+			}
+		}
+		out = append(out, dev)
 	}
 	return out, nil
 }

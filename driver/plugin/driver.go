@@ -16,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
@@ -40,6 +41,9 @@ type Driver struct {
 	// the data of its claim's status and the device metadata file in the container.
 	attributes map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	metadata   map[string]*kubeletplugin.DeviceMetadata
+	// capacities are what each device publishes, by name, replaced with devices: what its shares
+	// may consume together.
+	capacities map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	status     StatusRecorder
 	cdi        *cdi.Writer
 	store      *checkpoint.Store
@@ -100,6 +104,7 @@ func (d *Driver) setDevices(devs []resourceapi.Device) {
 	devices := make(map[string]int, len(devs))
 	attributes := make(map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(devs))
 	metadata := make(map[string]*kubeletplugin.DeviceMetadata, len(devs))
+	capacities := make(map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(devs))
 	for i, dev := range devs {
 		index := i
 		if a, ok := dev.Attributes["index"]; ok && a.IntValue != nil {
@@ -108,10 +113,26 @@ func (d *Driver) setDevices(devs []resourceapi.Device) {
 		devices[dev.Name] = index
 		attributes[dev.Name] = dev.Attributes
 		metadata[dev.Name] = deviceMetadata(dev.Attributes)
+		capacities[dev.Name] = dev.Capacity
 	}
 	d.mutex.Lock()
 	defer d.mutex.Unlock()
-	d.devices, d.attributes, d.metadata = devices, attributes, metadata
+	d.devices, d.attributes, d.metadata, d.capacities = devices, attributes, metadata, capacities
+}
+
+// capacity is what a device publishes now; the caller holds no lock.
+func (d *Driver) capacity(device string) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+	d.mutex.RLock()
+	defer d.mutex.RUnlock()
+	return d.capacities[device]
+}
+
+// shareID is the share a prepared device is, for the kubelet; nil for a whole device.
+func shareID(dev checkpoint.PreparedDevice) *types.UID {
+	if dev.ShareID == "" {
+		return nil
+	}
+	return ptr.To(types.UID(dev.ShareID))
 }
 
 // PrepareResourceClaims writes a CDI spec per new claim, then records all of them in one checkpoint
@@ -148,14 +169,14 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		devices, err := claimDevices(d.driverName, d.poolName, d.devices, claim)
 		d.mutex.RUnlock()
 		if err == nil {
-			err = checkNotInUse(claim, devices, inUse)
+			err = inUse.check(claim, devices, d.capacity)
 		}
 		if err == nil {
 			c := checkpoint.PreparedClaim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Devices: devices}
 			if err = d.cdi.Write(c); err == nil {
 				data.Claims[claim.UID] = c
 				added = append(added, claim.UID)
-				markInUse(inUse, c)
+				inUse.add(c)
 				result[claim.UID] = kubeletplugin.PrepareResult{Devices: d.resultDevices(c)}
 				logger.V(3).Info("Prepared claim", "claim", klog.KObj(claim), "uid", claim.UID, "devices", len(devices))
 			}
@@ -187,38 +208,6 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return result, nil
 }
 
-// devicesInUse maps each exclusively prepared device to its claim. The scheduler never allocates
-// one device to two claims (this driver does not publish allowMultipleAllocations), but if that
-// ever went wrong, the plugin is the last place to stop two workloads sharing a GPU unknowingly.
-func devicesInUse(claims map[types.UID]checkpoint.PreparedClaim) map[string]checkpoint.PreparedClaim {
-	inUse := map[string]checkpoint.PreparedClaim{}
-	for _, c := range claims {
-		markInUse(inUse, c)
-	}
-	return inUse
-}
-
-func markInUse(inUse map[string]checkpoint.PreparedClaim, c checkpoint.PreparedClaim) {
-	for _, d := range c.Devices {
-		if !d.AdminAccess {
-			inUse[d.Pool+"/"+d.Device] = c
-		}
-	}
-}
-
-func checkNotInUse(claim *resourceapi.ResourceClaim, devices []checkpoint.PreparedDevice, inUse map[string]checkpoint.PreparedClaim) error {
-	for _, d := range devices {
-		if d.AdminAccess {
-			continue
-		}
-		if other, ok := inUse[d.Pool+"/"+d.Device]; ok && other.UID != claim.UID {
-			return fmt.Errorf("claim %s/%s: device %s/%s is already prepared for claim %s/%s (uid %s); unprepare that claim first",
-				claim.Namespace, claim.Name, d.Pool, d.Device, other.Namespace, other.Name, other.UID)
-		}
-	}
-	return nil
-}
-
 // resultDevices is the answer to the kubelet, the same whenever the claim is prepared again. The
 // metadata is what the device publishes now; the kubeletplugin helper writes it into the claim's
 // device metadata file when that is enabled.
@@ -233,6 +222,7 @@ func (d *Driver) resultDevices(c checkpoint.PreparedClaim) []kubeletplugin.Devic
 			DeviceName:   dev.Device,
 			CDIDeviceIDs: []string{d.cdi.DeviceID(dev.CDIDevice)},
 			Metadata:     d.metadata[dev.Device],
+			ShareID:      shareID(dev),
 		})
 	}
 	return out

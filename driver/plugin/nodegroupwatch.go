@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -35,8 +36,11 @@ type NodeGroupWatcher struct {
 	Client     kubernetes.Interface
 	Driver     *Driver
 	Publisher  Publisher
-	// Current is the spec already published.
+	// Current is the spec already published, as configured (before Sharing).
 	Current nodegroups.GroupSpec
+	// Sharing turns a sharing mode the API server does not keep into exclusive; nil publishes
+	// every mode as configured.
+	Sharing *SharingGate
 }
 
 // Run blocks until ctx is canceled.
@@ -90,11 +94,15 @@ func (w *NodeGroupWatcher) Run(ctx context.Context) {
 			logger.Error(err, "Inventory config unreadable; keeping the published devices", "path", w.ConfigPath)
 			continue
 		}
-		spec := cfg.ForNode(node.Labels)
+		group, spec := cfg.GroupFor(node.Labels)
 		if specEqual(spec, w.Current) {
 			continue
 		}
-		source := simulated.New(w.NodeName, spec)
+		publish := spec
+		if w.Sharing != nil {
+			publish = w.Sharing.Effective(ctx, group, spec)
+		}
+		source := simulated.New(w.NodeName, publish)
 		if err := w.Driver.SetDevices(ctx, source); err != nil {
 			logger.Error(err, "Inventory change not applied")
 			continue
@@ -112,9 +120,7 @@ func (w *NodeGroupWatcher) Run(ctx context.Context) {
 	}
 }
 
+// specEqual compares quantities by value, not by how they were written.
 func specEqual(a, b nodegroups.GroupSpec) bool {
-	if a.Count != b.Count || a.Model != b.Model || (a.Memory == nil) != (b.Memory == nil) {
-		return false
-	}
-	return a.Memory == nil || a.Memory.Cmp(*b.Memory) == 0
+	return equality.Semantic.DeepEqual(a, b)
 }

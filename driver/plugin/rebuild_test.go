@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -184,7 +185,7 @@ func checkPrepared(t *testing.T, h *harness, want []types.UID) {
 }
 
 func equalClaims(a, b checkpoint.PreparedClaim) bool {
-	return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.Devices, b.Devices)
+	return apiequality.Semantic.DeepEqual(a, b)
 }
 
 // restart is a new plugin process on the same node: same CDI directory and data directory.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -159,7 +160,7 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("CDI specs %v, want exactly the checkpoint %v", specs, tc.wantPrepared)
 			}
 			for _, uid := range tc.wantPrepared {
-				if got, want := after[uid], before[uid]; got.Name != want.Name || len(got.Devices) != len(want.Devices) || got.Devices[0] != want.Devices[0] {
+				if got, want := after[uid], before[uid]; got.Name != want.Name || len(got.Devices) != len(want.Devices) || !apiequality.Semantic.DeepEqual(got.Devices[0], want.Devices[0]) {
 					t.Errorf("entry %s = %+v, want %+v", uid, got, want)
 				}
 			}

@@ -35,12 +35,15 @@ func New(nodeName string, spec nodegroups.GroupSpec) *GPUs {
 	return &GPUs{nodeName: nodeName, spec: spec.WithDefaults()}
 }
 
-// Devices lists the node's GPUs in index order, with exactly the attributes and capacities of
-// deviceschema.DeviceSchema and nothing behind a feature gate, so every served API version stores them unchanged.
+// Devices lists the node's GPUs in index order. Exclusive GPUs have exactly the attributes and
+// capacities of deviceschema.DeviceSchema and nothing behind a feature gate, so every served API
+// version stores them unchanged. Shared-memory GPUs add what consumable capacity (KEP-5075) needs:
+// allowMultipleAllocations, and a request policy on memory and on compute (which only they
+// publish); the caller publishes them only where the API server keeps those fields.
 func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 	devices := make([]resourceapi.Device, 0, s.spec.Count)
 	for i := 0; i < s.spec.Count; i++ {
-		devices = append(devices, resourceapi.Device{
+		dev := resourceapi.Device{
 			Name: deviceschema.DeviceName(i),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 				deviceschema.AttrIndex:         {IntValue: ptr.To(int64(i))},
@@ -51,9 +54,38 @@ func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				deviceschema.CapMemory: {Value: s.memory()},
 			},
-		})
+		}
+		if s.spec.ModeOf() == nodegroups.SharedMemory {
+			dev.AllowMultipleAllocations = ptr.To(true)
+			dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				deviceschema.CapMemory:  shared(s.memory(), s.spec.Sharing.MemoryPolicy()),
+				deviceschema.CapCompute: shared(deviceschema.DefaultCompute.DeepCopy(), s.spec.Sharing.ComputePolicy()),
+			}
+		}
+		devices = append(devices, dev)
 	}
 	return devices, nil
+}
+
+// shared is a capacity of a shared GPU: a claim that names no amount gets all of it (as with the
+// reference driver; at most the policy's max), one that does gets its request rounded up to the
+// policy's steps.
+func shared(total resource.Quantity, p nodegroups.CapacityPolicy) resourceapi.DeviceCapacity {
+	max := total.DeepCopy()
+	if p.Max != nil {
+		max = p.Max.DeepCopy()
+	}
+	return resourceapi.DeviceCapacity{
+		Value: total,
+		RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default: ptr.To(max.DeepCopy()),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{
+				Min:  ptr.To(p.Min.DeepCopy()),
+				Step: ptr.To(p.Step.DeepCopy()),
+				Max:  &max,
+			},
+		},
+	}
 }
 
 func (s *GPUs) memory() resource.Quantity {

@@ -28,6 +28,10 @@ const (
 // DefaultMemory is the memory capacity of each device unless its node group says otherwise.
 var DefaultMemory = resource.MustParse("80Gi")
 
+// DefaultCompute is the compute capacity of each device that publishes one (GPUs shared by
+// consumable capacity), as the upstream reference driver publishes it: a GPU is 100 units.
+var DefaultCompute = resource.MustParse("100")
+
 // DeviceName is the name of the device with the given index on its node: gpu-0, gpu-1, ...
 func DeviceName(index int) string { return fmt.Sprintf("gpu-%d", index) }
 
@@ -48,6 +52,9 @@ const (
 	AttrModel         resourceapi.QualifiedName = "model"
 	AttrDriverVersion resourceapi.QualifiedName = "driverVersion"
 	CapMemory         resourceapi.QualifiedName = "memory"
+	// CapCompute is published only by GPUs shared by consumable capacity (node groups in
+	// shared-memory mode): the reference driver's demos request a share of it.
+	CapCompute resourceapi.QualifiedName = "compute"
 )
 
 // Schema is what every device of this driver publishes. It is the one source of truth for the

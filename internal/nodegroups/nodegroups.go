@@ -19,6 +19,8 @@ type GroupSpec struct {
 	Count  int                `json:"count,omitempty"`
 	Model  string             `json:"model,omitempty"`
 	Memory *resource.Quantity `json:"memory,omitempty"`
+	// Sharing is how the group's GPUs are handed out; exclusive when unset.
+	Sharing *Sharing `json:"sharing,omitempty"`
 }
 
 // NodeGroup applies a GroupSpec to the nodes whose labels match NodeSelector.
@@ -62,7 +64,13 @@ func (c *Config) Validate() error {
 		if g.Memory != nil && g.Memory.Sign() <= 0 {
 			return fmt.Errorf("%s.memory: %s must be positive, e.g. 80Gi", where, g.Memory.String())
 		}
-		return nil
+		path := where + ".sharing"
+		if g.Sharing == nil && where != "defaults" {
+			// Inherited: the defaults' policy must fit this group's GPUs too.
+			path = fmt.Sprintf("defaults.sharing (inherited by %s)", where)
+		}
+		merged := c.merge(g)
+		return merged.Sharing.validate(path, *merged.Memory, deviceschema.DefaultCompute)
 	}
 	if err := check("defaults", c.Defaults); err != nil {
 		return err
@@ -85,13 +93,21 @@ func (c *Config) Validate() error {
 // ForNode returns the spec of the first group whose selector matches the node's labels, on top of
 // the defaults.
 func (c *Config) ForNode(nodeLabels map[string]string) GroupSpec {
-	spec := c.merge(GroupSpec{})
+	_, spec := c.GroupFor(nodeLabels)
+	return spec
+}
+
+// DefaultsGroup names the group of nodes that no node group selects.
+const DefaultsGroup = "defaults"
+
+// GroupFor is ForNode with the name of the group (DefaultsGroup when none matches).
+func (c *Config) GroupFor(nodeLabels map[string]string) (string, GroupSpec) {
 	for _, g := range c.NodeGroups {
 		if labels.SelectorFromSet(g.NodeSelector).Matches(labels.Set(nodeLabels)) {
-			return c.merge(g.GroupSpec)
+			return g.Name, c.merge(g.GroupSpec)
 		}
 	}
-	return spec
+	return DefaultsGroup, c.merge(GroupSpec{})
 }
 
 // MaxDevicesPerNode is the most devices any node of this driver can ever publish.
@@ -119,6 +135,9 @@ func (c *Config) merge(g GroupSpec) GroupSpec {
 		}
 		if g.Memory == nil {
 			g.Memory = base.Memory
+		}
+		if g.Sharing == nil {
+			g.Sharing = base.Sharing
 		}
 	}
 	return g

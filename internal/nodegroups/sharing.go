@@ -1,0 +1,151 @@
+package nodegroups
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// SharingMode is how the GPUs of a node group are handed out.
+type SharingMode string
+
+const (
+	// Exclusive GPUs go whole to one claim each (the default, and what every cluster serves).
+	Exclusive SharingMode = "exclusive"
+	// SharedMemory GPUs may be allocated to several claims at once (KEP-5075 consumable
+	// capacity): each claim gets a share of the GPU's memory and compute, and the scheduler keeps
+	// the sum of the shares within the GPU.
+	SharedMemory SharingMode = "shared-memory"
+	// Partitioned is reserved for partitionable GPUs (KEP-4815); not implemented yet.
+	Partitioned SharingMode = "partitioned"
+)
+
+// Sharing is a node group's sharing mode and, for shared-memory, what one share may be.
+type Sharing struct {
+	Mode SharingMode `json:"mode,omitempty"`
+	// Memory and Compute bound the share of each capacity a claim may request; unset fields take
+	// DefaultMemoryPolicy and DefaultComputePolicy.
+	Memory  *CapacityPolicy `json:"memory,omitempty"`
+	Compute *CapacityPolicy `json:"compute,omitempty"`
+}
+
+// CapacityPolicy is a capacity's request policy: a request is rounded up to Min plus a multiple of
+// Step and may not exceed Max (the GPU's whole capacity when unset). A claim that names no amount
+// gets the whole GPU's, as with the reference driver.
+type CapacityPolicy struct {
+	Min  *resource.Quantity `json:"min,omitempty"`
+	Step *resource.Quantity `json:"step,omitempty"`
+	Max  *resource.Quantity `json:"max,omitempty"`
+}
+
+// Default policies, as the upstream reference driver publishes them.
+var (
+	DefaultMemoryPolicy  = CapacityPolicy{Min: ptrTo(resource.MustParse("1Gi")), Step: ptrTo(resource.MustParse("1Gi"))}
+	DefaultComputePolicy = CapacityPolicy{Min: ptrTo(resource.MustParse("1")), Step: ptrTo(resource.MustParse("1"))}
+)
+
+func ptrTo[T any](v T) *T { return &v }
+
+// ModeOf is the sharing mode of a spec, exclusive when unset.
+func (g GroupSpec) ModeOf() SharingMode {
+	if g.Sharing == nil || g.Sharing.Mode == "" {
+		return Exclusive
+	}
+	return g.Sharing.Mode
+}
+
+// MemoryPolicy and ComputePolicy are the spec's policies with the defaults filled in.
+func (s *Sharing) MemoryPolicy() CapacityPolicy { return withDefaults(s.memory(), DefaultMemoryPolicy) }
+func (s *Sharing) ComputePolicy() CapacityPolicy {
+	return withDefaults(s.compute(), DefaultComputePolicy)
+}
+
+func (s *Sharing) memory() *CapacityPolicy {
+	if s == nil {
+		return nil
+	}
+	return s.Memory
+}
+
+func (s *Sharing) compute() *CapacityPolicy {
+	if s == nil {
+		return nil
+	}
+	return s.Compute
+}
+
+func withDefaults(p *CapacityPolicy, def CapacityPolicy) CapacityPolicy {
+	out := def
+	if p == nil {
+		return out
+	}
+	if p.Min != nil {
+		out.Min = p.Min
+	}
+	if p.Step != nil {
+		out.Step = p.Step
+	}
+	if p.Max != nil {
+		out.Max = p.Max
+	}
+	return out
+}
+
+// validate checks a sharing against the capacities of the GPUs it applies to (memory as merged
+// from the defaults, computeTotal fixed); path names the sharing field.
+func (s *Sharing) validate(path string, memory resource.Quantity, computeTotal resource.Quantity) error {
+	if s == nil {
+		return nil
+	}
+	switch s.Mode {
+	case "", Exclusive:
+		if s.Memory != nil || s.Compute != nil {
+			return fmt.Errorf("%s: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them", path)
+		}
+		return nil
+	case SharedMemory:
+	case Partitioned:
+		return fmt.Errorf("%s.mode: partitioned is not yet supported; use exclusive or shared-memory", path)
+	default:
+		return fmt.Errorf("%s.mode: unknown mode %q; use exclusive or shared-memory", path, s.Mode)
+	}
+	if err := checkPolicy(path+".memory", s.MemoryPolicy(), memory, "1Gi"); err != nil {
+		return err
+	}
+	return checkPolicy(path+".compute", s.ComputePolicy(), computeTotal, "1")
+}
+
+// checkPolicy rejects a policy the API server would refuse (its validation of a capacity's
+// requestPolicy, with the GPU's whole capacity as the default) or that allows no share at all.
+func checkPolicy(path string, p CapacityPolicy, total resource.Quantity, example string) error {
+	for _, f := range []struct {
+		name string
+		q    *resource.Quantity
+	}{{"min", p.Min}, {"step", p.Step}, {"max", p.Max}} {
+		if f.q != nil && f.q.Sign() <= 0 {
+			return fmt.Errorf("%s.%s: %s must be positive, e.g. %s", path, f.name, f.q.String(), example)
+		}
+		if f.q != nil && f.q.Cmp(total) > 0 {
+			return fmt.Errorf("%s.%s: %s exceeds the GPU's %s; use at most %s", path, f.name, f.q.String(), total.String(), total.String())
+		}
+	}
+	if p.Max != nil && p.Max.Cmp(*p.Min) < 0 {
+		return fmt.Errorf("%s.max: %s is below min %s; raise max or lower min", path, p.Max.String(), p.Min.String())
+	}
+	oneStep := p.Min.DeepCopy()
+	oneStep.Add(*p.Step)
+	if oneStep.Cmp(total) > 0 {
+		return fmt.Errorf("%s.step: min %s plus step %s exceeds the GPU's %s; lower min or step", path, p.Min.String(), p.Step.String(), total.String())
+	}
+	// A claim that names no amount gets max (the whole GPU when unset), so it must lie on the
+	// steps from min, as the API server requires.
+	name, most := "the GPU's", total
+	if p.Max != nil {
+		name, most = "max", *p.Max
+	}
+	if (most.MilliValue()-p.Min.MilliValue())%p.Step.MilliValue() != 0 {
+		return fmt.Errorf("%s.step: %s %s is not min %s plus a multiple of step %s; choose min and step that reach it",
+			path, name, most.String(), p.Min.String(), p.Step.String())
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package nodegroups
+
+import (
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestSharingForNode(t *testing.T) {
+	cfg, err := LoadConfig("testdata/sharing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name                      string
+		labels                    map[string]string
+		wantMode                  SharingMode
+		wantMemMin, wantMemStep   string
+		wantMemMax                string
+		wantCompMin, wantCompStep string
+	}{
+		{name: "unset is exclusive", labels: nil, wantMode: Exclusive, wantMemMin: "1Gi", wantMemStep: "1Gi", wantCompMin: "1", wantCompStep: "1"},
+		{name: "shared with defaults", labels: map[string]string{"g": "shared"}, wantMode: SharedMemory, wantMemMin: "1Gi", wantMemStep: "1Gi", wantCompMin: "1", wantCompStep: "1"},
+		{name: "shared with policies", labels: map[string]string{"g": "tuned"}, wantMode: SharedMemory, wantMemMin: "4Gi", wantMemStep: "2Gi", wantMemMax: "40Gi", wantCompMin: "10", wantCompStep: "5"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := cfg.ForNode(tc.labels)
+			if got.ModeOf() != tc.wantMode {
+				t.Errorf("mode %q, want %q", got.ModeOf(), tc.wantMode)
+			}
+			mem, comp := got.Sharing.MemoryPolicy(), got.Sharing.ComputePolicy()
+			maxStr := ""
+			if mem.Max != nil {
+				maxStr = mem.Max.String()
+			}
+			if mem.Min.String() != tc.wantMemMin || mem.Step.String() != tc.wantMemStep || maxStr != tc.wantMemMax ||
+				comp.Min.String() != tc.wantCompMin || comp.Step.String() != tc.wantCompStep {
+				t.Errorf("memory %s/%s/%s compute %s/%s, want %s/%s/%s %s/%s", mem.Min, mem.Step, maxStr, comp.Min, comp.Step,
+					tc.wantMemMin, tc.wantMemStep, tc.wantMemMax, tc.wantCompMin, tc.wantCompStep)
+			}
+		})
+	}
+}
+
+func TestSharingValidation(t *testing.T) {
+	for _, tc := range []struct{ name, config, want string }{
+		{"partitioned refused", `nodeGroups: [{name: a, sharing: {mode: partitioned}}]`,
+			"nodeGroups[0].sharing.mode: partitioned is not yet supported; use exclusive or shared-memory"},
+		{"unknown mode", `nodeGroups: [{name: a, sharing: {mode: timesliced}}]`,
+			`nodeGroups[0].sharing.mode: unknown mode "timesliced"; use exclusive or shared-memory`},
+		{"policy without shared-memory", `defaults: {sharing: {memory: {min: 2Gi}}}`,
+			"defaults.sharing: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them"},
+		{"min above memory", `nodeGroups: [{name: a, memory: 16Gi, sharing: {mode: shared-memory, memory: {min: 32Gi}}}]`,
+			"nodeGroups[0].sharing.memory.min: 32Gi exceeds the GPU's 16Gi; use at most 16Gi"},
+		{"inherited min above a group's memory", "defaults: {sharing: {mode: shared-memory, memory: {min: 20Gi, step: 4Gi}}}\nnodeGroups: [{name: a, memory: 16Gi}]",
+			"defaults.sharing (inherited by nodeGroups[0]).memory.min: 20Gi exceeds the GPU's 16Gi; use at most 16Gi"},
+		{"zero step", `nodeGroups: [{name: a, sharing: {mode: shared-memory, compute: {step: "0"}}}]`,
+			"nodeGroups[0].sharing.compute.step: 0 must be positive, e.g. 1"},
+		{"max below min", `nodeGroups: [{name: a, sharing: {mode: shared-memory, memory: {min: 8Gi, max: 4Gi}}}]`,
+			"nodeGroups[0].sharing.memory.max: 4Gi is below min 8Gi; raise max or lower min"},
+		{"whole GPU off the steps", `nodeGroups: [{name: a, sharing: {mode: shared-memory, memory: {min: 1Gi, step: 3Gi}}}]`,
+			"nodeGroups[0].sharing.memory.step: the GPU's 80Gi is not min 1Gi plus a multiple of step 3Gi; choose min and step that reach it"},
+		{"one step too big", `nodeGroups: [{name: a, sharing: {mode: shared-memory, compute: {min: "60", step: "50"}}}]`,
+			"nodeGroups[0].sharing.compute.step: min 60 plus step 50 exceeds the GPU's 100; lower min or step"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg Config
+			if err := yaml.UnmarshalStrict([]byte(tc.config), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			err := cfg.Validate()
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Validate() = %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+	var cfg Config
+	if err := yaml.UnmarshalStrict([]byte(`nodeGroups: [{name: a, sharing: {mode: shared, extra: 1}}]`), &cfg); err == nil || !strings.Contains(err.Error(), "extra") {
+		t.Errorf("unknown sharing field accepted: %v", err)
+	}
+}
