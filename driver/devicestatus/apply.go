@@ -43,8 +43,12 @@ func applier(cs kubernetes.Interface, version, driver, fieldManager string) (app
 		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
 			status := resourcev1ac.ResourceClaimStatus()
 			for _, e := range want {
-				status.WithDevices(resourcev1ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
-					WithData(runtime.RawExtension{Raw: e.data}))
+				d := resourcev1ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
+					WithData(runtime.RawExtension{Raw: e.data})
+				if e.shareID != "" {
+					d.WithShareID(e.shareID)
+				}
+				status.WithDevices(d)
 			}
 			got, err := cs.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx,
 				resourcev1ac.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(status), opts)
@@ -57,8 +61,12 @@ func applier(cs kubernetes.Interface, version, driver, fieldManager string) (app
 		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
 			status := resourcev1beta2ac.ResourceClaimStatus()
 			for _, e := range want {
-				status.WithDevices(resourcev1beta2ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
-					WithData(runtime.RawExtension{Raw: e.data}))
+				d := resourcev1beta2ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
+					WithData(runtime.RawExtension{Raw: e.data})
+				if e.shareID != "" {
+					d.WithShareID(e.shareID)
+				}
+				status.WithDevices(d)
 			}
 			got, err := cs.ResourceV1beta2().ResourceClaims(c.Namespace).ApplyStatus(ctx,
 				resourcev1beta2ac.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(status), opts)
@@ -75,8 +83,12 @@ func applier(cs kubernetes.Interface, version, driver, fieldManager string) (app
 		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
 			status := resourcev1beta1ac.ResourceClaimStatus()
 			for _, e := range want {
-				status.WithDevices(resourcev1beta1ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
-					WithData(runtime.RawExtension{Raw: e.data}))
+				d := resourcev1beta1ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
+					WithData(runtime.RawExtension{Raw: e.data})
+				if e.shareID != "" {
+					d.WithShareID(e.shareID)
+				}
+				status.WithDevices(d)
 			}
 			got, err := cs.ResourceV1beta1().ResourceClaims(c.Namespace).ApplyStatus(ctx,
 				resourcev1beta1ac.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(status), opts)

@@ -9,6 +9,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
@@ -27,6 +28,9 @@ const MaxDataBytes = resourceapi.AllocatedDeviceStatusDataMaxLength
 // Device is one prepared device of a claim and the attributes it publishes.
 type Device struct {
 	Pool, Name string
+	// ShareID names the share of a shared device (KEP-5075) the claim got; empty for a whole
+	// device. The API server keys status entries by it.
+	ShareID    string
 	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 }
 
@@ -58,11 +62,10 @@ func Data(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) ([]by
 	return raw, nil
 }
 
-// entry is one device's status as this driver writes it. shareID is always empty: every device
-// is allocated whole.
+// entry is one device's status as this driver writes it; shareID is set for a share.
 type entry struct {
-	pool, device string
-	data         []byte
+	pool, device, shareID string
+	data                  []byte
 }
 
 // entries are the status entries of a claim's devices. A device without data gets none: an entry
@@ -77,7 +80,7 @@ func entries(devices []Device) ([]entry, error) {
 			continue
 		}
 		if data != nil {
-			out = append(out, entry{pool: d.Pool, device: d.Name, data: data})
+			out = append(out, entry{pool: d.Pool, device: d.Name, shareID: d.ShareID, data: data})
 		}
 	}
 	return out, errors.Join(errs...)
@@ -90,7 +93,7 @@ func recorded(driver string, observed []resourceapi.AllocatedDeviceStatus, want 
 	for _, e := range want {
 		found := false
 		for _, o := range observed {
-			if o.Driver != driver || o.Pool != e.pool || o.Device != e.device || o.ShareID != nil {
+			if o.Driver != driver || o.Pool != e.pool || o.Device != e.device || ptr.Deref(o.ShareID, "") != e.shareID {
 				continue
 			}
 			found = o.Data != nil && sameJSON(o.Data.Raw, e.data)

@@ -156,4 +156,12 @@ func TestRecorded(t *testing.T) {
 	if !recorded("d", nil, nil) {
 		t.Error("no entries wanted must count as recorded")
 	}
+	// A share is keyed by its share ID too: another share of the same device does not count.
+	wantShare := []entry{{pool: "p", device: "gpu-0", shareID: "s1", data: []byte(data)}}
+	if recorded("d", []resourceapi.AllocatedDeviceStatus{status("d", "gpu-0", data, nil), status("d", "gpu-0", data, ptr.To("s2"))}, wantShare) {
+		t.Error("share s1 counted as recorded from the whole device's and share s2's entries")
+	}
+	if !recorded("d", []resourceapi.AllocatedDeviceStatus{status("d", "gpu-0", data, ptr.To("s2")), status("d", "gpu-0", data, ptr.To("s1"))}, wantShare) {
+		t.Error("share s1 not found among the shares")
+	}
 }

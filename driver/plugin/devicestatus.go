@@ -39,7 +39,7 @@ func (d *Driver) statusDevices(c checkpoint.PreparedClaim) []devicestatus.Device
 	defer d.mutex.RUnlock()
 	out := make([]devicestatus.Device, 0, len(c.Devices))
 	for _, dev := range c.Devices {
-		out = append(out, devicestatus.Device{Pool: dev.Pool, Name: dev.Device, Attributes: d.attributes[dev.Device]})
+		out = append(out, devicestatus.Device{Pool: dev.Pool, Name: dev.Device, ShareID: dev.ShareID, Attributes: d.attributes[dev.Device]})
 	}
 	return out
 }
