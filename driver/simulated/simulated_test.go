@@ -7,6 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -96,6 +97,59 @@ func TestSimulatedDevices(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestSharedMemoryDevices(t *testing.T) {
+	q := resource.MustParse
+	tests := []struct {
+		name    string
+		sharing nodegroups.Sharing
+		memory  string
+		// want are value, default, min, step, max of memory and then of compute.
+		want [2][5]string
+	}{
+		{name: "reference defaults", sharing: nodegroups.Sharing{Mode: nodegroups.SharedMemory},
+			want: [2][5]string{{"80Gi", "80Gi", "1Gi", "1Gi", "80Gi"}, {"100", "100", "1", "1", "100"}}},
+		{name: "tuned, max caps the default", memory: "40Gi", sharing: nodegroups.Sharing{Mode: nodegroups.SharedMemory,
+			Memory:  &nodegroups.CapacityPolicy{Min: ptr.To(q("4Gi")), Step: ptr.To(q("2Gi")), Max: ptr.To(q("20Gi"))},
+			Compute: &nodegroups.CapacityPolicy{Min: ptr.To(q("10")), Step: ptr.To(q("10"))}},
+			want: [2][5]string{{"40Gi", "20Gi", "4Gi", "2Gi", "20Gi"}, {"100", "100", "10", "10", "100"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := nodegroups.GroupSpec{Count: 2, Sharing: &tc.sharing}
+			if tc.memory != "" {
+				spec.Memory = ptr.To(q(tc.memory))
+			}
+			devices, err := New("node-a", spec).Devices(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range devices {
+				if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+					t.Errorf("%s: allowMultipleAllocations %v", d.Name, d.AllowMultipleAllocations)
+				}
+				for i, name := range []resourceapi.QualifiedName{deviceschema.CapMemory, deviceschema.CapCompute} {
+					c, ok := d.Capacity[name]
+					if !ok || c.RequestPolicy == nil || c.RequestPolicy.Default == nil || c.RequestPolicy.ValidRange == nil {
+						t.Fatalf("%s %s: %+v", d.Name, name, c)
+					}
+					r := c.RequestPolicy.ValidRange
+					got := [5]string{c.Value.String(), c.RequestPolicy.Default.String(), r.Min.String(), r.Step.String(), r.Max.String()}
+					if got != tc.want[i] {
+						t.Errorf("%s %s: value/default/min/step/max %v, want %v", d.Name, name, got, tc.want[i])
+					}
+				}
+			}
+		})
+	}
+	// Exclusive, said so or not, publishes what it always did: no compute, no policy.
+	for _, sharing := range []*nodegroups.Sharing{nil, {Mode: nodegroups.Exclusive}} {
+		devices, _ := New("node-a", nodegroups.GroupSpec{Sharing: sharing}).Devices(context.Background())
+		if d := devices[0]; d.AllowMultipleAllocations != nil || len(d.Capacity) != 1 || d.Capacity[deviceschema.CapMemory].RequestPolicy != nil {
+			t.Errorf("exclusive (%+v) device %+v", sharing, d)
+		}
 	}
 }
 
