@@ -85,9 +85,9 @@ type cluster struct {
 	registrar, plugins, cdiRoot string
 }
 
-func newCluster(t testing.TB, runtimeConfig string, nodeLabels map[string]string) *cluster {
+func newCluster(t testing.TB, runtimeConfig string, nodeLabels map[string]string, opts ...testapiserver.Option) *cluster {
 	t.Helper()
-	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(runtimeConfig))
+	srv := testapiserver.Start(t, append([]testapiserver.Option{testapiserver.WithRuntimeConfig(runtimeConfig)}, opts...)...)
 	// Unix socket paths are limited to 108 bytes; t.TempDir() can be longer.
 	base, err := os.MkdirTemp("", "gkp")
 	if err != nil {

@@ -21,16 +21,39 @@ import (
 // benchmark in cmd/gpu-kubelet-plugin includes. 99 other claims stay prepared, so the checkpoint
 // has its realistic size.
 func BenchmarkDriverPrepareUnprepare(b *testing.B) {
-	ctx := klog.NewContext(b.Context(), klog.Background().V(10))
 	hb := newHarness(b)
+	others := func(i int) []resourceapi.DeviceRequestAllocationResult {
+		r := result("gpu", "gpu-0")
+		r.AdminAccess = ptr.To(true)
+		return []resourceapi.DeviceRequestAllocationResult{r}
+	}
+	benchPrepareUnprepare(b, hb, others, []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-1")})
+}
+
+// BenchmarkDriverPrepareUnprepareShares is the same for shares of shared-memory GPUs (KEP-5075):
+// the 99 other claims hold shares of gpu-0, which the guard sums on every prepare, and the
+// measured claim prepares a share of gpu-1. Run with the one above (-bench
+// BenchmarkDriverPrepareUnprepare) to compare.
+func BenchmarkDriverPrepareUnprepareShares(b *testing.B) {
+	hb := newSharedHarness(b)
+	others := func(i int) []resourceapi.DeviceRequestAllocationResult {
+		return []resourceapi.DeviceRequestAllocationResult{shareResult("gpu", "gpu-0", fmt.Sprintf("share-%d", i), "800Mi", "1")}
+	}
+	benchPrepareUnprepare(b, hb, others, []resourceapi.DeviceRequestAllocationResult{shareResult("gpu", "gpu-1", "share-0", "16Gi", "20")})
+}
+
+// benchPrepareUnprepare prepares 99 claims of others, then measures prepare+unprepare pairs of
+// one claim of measured.
+func benchPrepareUnprepare(b *testing.B, hb *harness, others func(i int) []resourceapi.DeviceRequestAllocationResult, measured []resourceapi.DeviceRequestAllocationResult) {
+	ctx := klog.NewContext(b.Context(), klog.Background().V(10))
 	for i := 1; i < 100; i++ {
-		c := claim(fmt.Sprintf("uid-%d", i), fmt.Sprintf("c%d", i), []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-0")})
-		c.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
-		if _, err := hb.driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c}); err != nil {
-			b.Fatal(err)
+		c := claim(fmt.Sprintf("uid-%d", i), fmt.Sprintf("c%d", i), others(i))
+		res, err := hb.driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
+		if err != nil || res[c.UID].Err != nil {
+			b.Fatal(err, res[c.UID].Err)
 		}
 	}
-	c := claim("uid-0", "c0", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-1")})
+	c := claim("uid-0", "c0", measured)
 	var d []time.Duration
 	b.StartTimer()
 	for b.Loop() {

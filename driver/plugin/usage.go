@@ -106,6 +106,7 @@ func fits(claim *resourceapi.ResourceClaim, d checkpoint.PreparedDevice, held []
 			}
 		}
 		if sum.Cmp(total.Value) > 0 {
+			sort.Strings(holders)
 			return fmt.Errorf("claim %s/%s: device %s/%s: a share of %s %s does not fit in its %s beside the shares prepared (%s); unprepare one of them first",
 				claim.Namespace, claim.Name, d.Pool, d.Device, name, want.String(), total.Value.String(), strings.Join(holders, ", "))
 		}
