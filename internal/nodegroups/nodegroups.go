@@ -39,18 +39,28 @@ type Config struct {
 
 // LoadConfig reads a Config file; a missing path means the defaults.
 func LoadConfig(path string) (*Config, error) {
-	cfg := &Config{}
+	var data []byte
 	if path != "" {
-		data, err := os.ReadFile(path)
-		if err != nil {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
 			return nil, fmt.Errorf("read inventory config: %w", err)
 		}
-		if err := yaml.UnmarshalStrict(data, cfg); err != nil {
-			return nil, fmt.Errorf("inventory config %s: %w", path, err)
-		}
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("inventory config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig reads and validates the content of a Config file.
+func ParseConfig(data []byte) (*Config, error) {
+	cfg := &Config{}
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("inventory config %s: %w", path, err)
+		return nil, err
 	}
 	return cfg, nil
 }
