@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	draclient "k8s.io/dynamic-resource-allocation/client"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra/e2e/framework"
+)
+
+const sharingFallbackLine = "Node group sharing falls back to exclusive"
+
+// TestSharedMemory installs the chart with a shared-memory node group and runs the reference
+// driver's gpu-allow-multiple-allocations demo (image swapped). Where the API server keeps
+// consumable capacity (1.36+), the node's GPUs are published with allowMultipleAllocations and
+// request policies on memory and compute, both claims get shares of one GPU with distinct share
+// IDs and the capacity they asked for, and each container sees its share's size. Elsewhere the
+// same values install, the plugin says once why it publishes exclusive GPUs, and the demo's claims
+// (their capacity requests dropped by the API server) get a whole GPU each.
+func TestSharedMemory(t *testing.T) {
+	c := framework.Setup(t)
+	version := c.NewestResourceVersion(t)
+	installed := false
+	t.Cleanup(func() {
+		if !installed {
+			return
+		}
+		if t.Failed() {
+			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=60", "--all-containers")
+			t.Logf("plugin logs:\n%s", logs)
+		}
+		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
+	})
+	installed = true
+	start := time.Now()
+	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), filepath.Join("testdata", "seed", seedTemplate(version)),
+		"--set", "inventory.nodeGroups[0].name=shared", "--set", "inventory.nodeGroups[0].sharing.mode=shared-memory")
+	t.Logf("installed in %s", time.Since(start).Round(time.Second))
+
+	kept := consumableCapacityKept(t, c)
+	t.Logf("resource.k8s.io/%s; the API server keeps consumable capacity: %v", version, kept)
+	slices := draclient.New(c.Clientset).ResourceSlices()
+	var devices []resourceapi.Device
+	framework.Eventually(t, 2*time.Minute, "8 published GPUs", func() (bool, error) {
+		list, err := slices.List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
+		if err != nil {
+			return false, err
+		}
+		devices = nil
+		for _, s := range list.Items {
+			devices = append(devices, s.Spec.Devices...)
+		}
+		return len(devices) == 8, nil
+	})
+
+	t.Run("slices", func(t *testing.T) {
+		for _, d := range devices {
+			shared := ptr.Deref(d.AllowMultipleAllocations, false)
+			if shared != kept {
+				t.Errorf("%s: allowMultipleAllocations %v, want %v", d.Name, d.AllowMultipleAllocations, kept)
+			}
+			for _, name := range []resourceapi.QualifiedName{"memory", "compute"} {
+				cp, ok := d.Capacity[name]
+				hasPolicy := ok && cp.RequestPolicy != nil && cp.RequestPolicy.ValidRange != nil &&
+					cp.RequestPolicy.ValidRange.Min != nil && cp.RequestPolicy.ValidRange.Step != nil && cp.RequestPolicy.ValidRange.Max != nil
+				if hasPolicy != kept {
+					t.Errorf("%s: capacity %s %+v; want a requestPolicy with min, step and max: %v", d.Name, name, cp, kept)
+				}
+			}
+		}
+	})
+
+	ns := "gpu-allow-multiple-allocations"
+	applyUpstream(t, c, "gpu-allow-multiple-allocations", version, ns)
+	t.Run("gpu-allow-multiple-allocations", func(t *testing.T) {
+		envs := map[string]map[string]string{}
+		for _, pod := range []string{"pod0", "pod1"} {
+			c.WaitForPodPhase(t, ns, pod, 2*time.Minute, corev1.PodRunning)
+			envs[pod] = gpuVariables(c.Kubectl(t, "-n", ns, "exec", pod, "--", "env"))
+		}
+		claims, err := draclient.New(c.Clientset).ResourceClaims(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil || len(claims.Items) != 2 {
+			t.Fatalf("claims %v, %v", claims, err)
+		}
+		var results []resourceapi.DeviceRequestAllocationResult
+		for _, claim := range claims.Items {
+			if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+				t.Fatalf("claim %s: allocation %+v", claim.Name, claim.Status.Allocation)
+			}
+			r := claim.Status.Allocation.Devices.Results[0]
+			results = append(results, r)
+			t.Logf("claim %s: device %s shareID %v consumedCapacity %v", claim.Name, r.Device, ptr.Deref(r.ShareID, ""), r.ConsumedCapacity)
+			if kept {
+				// The status the plugin records names the share.
+				framework.Eventually(t, 30*time.Second, "status.devices of "+claim.Name, func() (bool, error) {
+					cl, err := draclient.New(c.Clientset).ResourceClaims(ns).Get(context.Background(), claim.Name, metav1.GetOptions{})
+					if err != nil {
+						return false, err
+					}
+					for _, s := range cl.Status.Devices {
+						if s.Driver == driver && s.Device == r.Device && r.ShareID != nil && ptr.Deref(s.ShareID, "") == string(*r.ShareID) {
+							return true, nil
+						}
+					}
+					return false, nil
+				})
+			}
+		}
+		a, b := results[0], results[1]
+		if !kept {
+			if a.Device == b.Device || a.ShareID != nil || b.ShareID != nil {
+				t.Errorf("without consumable capacity: %s/%v and %s/%v, want two whole GPUs", a.Device, a.ShareID, b.Device, b.ShareID)
+			}
+			for pod, env := range envs {
+				for k := range env {
+					if strings.HasSuffix(k, "_MEMORY") || strings.HasSuffix(k, "_COMPUTE") {
+						t.Errorf("%s sees %s without a share", pod, k)
+					}
+				}
+			}
+			return
+		}
+		if a.Device != b.Device || a.ShareID == nil || b.ShareID == nil || *a.ShareID == *b.ShareID {
+			t.Errorf("want two shares of one GPU: %s share %v, %s share %v", a.Device, a.ShareID, b.Device, b.ShareID)
+		}
+		for _, r := range results {
+			for name, want := range map[resourceapi.QualifiedName]string{"memory": "16Gi", "compute": "20"} {
+				if got, ok := r.ConsumedCapacity[name]; !ok || got.Cmp(resource.MustParse(want)) != 0 {
+					t.Errorf("share %v consumes %s %v, want %s", r.ShareID, name, r.ConsumedCapacity[name], want)
+				}
+			}
+		}
+		id := "GPU_DEVICE_" + strings.TrimPrefix(a.Device, "gpu-")
+		for pod, env := range envs {
+			if env[id] != a.Device || env[id+"_MEMORY"] != "16Gi" || env[id+"_COMPUTE"] != "20" {
+				t.Errorf("%s sees %v, want %s=%s, %s_MEMORY=16Gi, %s_COMPUTE=20", pod, env, id, a.Device, id, id)
+			}
+		}
+	})
+
+	t.Run("plugin log", func(t *testing.T) {
+		count := func() int {
+			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
+			return strings.Count(logs, sharingFallbackLine)
+		}
+		want := 0
+		if !kept {
+			want = 1
+			framework.Eventually(t, 30*time.Second, "the plugin's fallback line", func() (bool, error) { return count() > 0, nil })
+			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
+			if !strings.Contains(logs, `group="shared" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`) {
+				t.Errorf("fallback line without group, want and reason:\n%s", logs)
+			}
+		}
+		if n := count(); n != want {
+			t.Errorf("the plugin logged %q %d times, want %d", sharingFallbackLine, n, want)
+		}
+	})
+}
+
+// consumableCapacityKept: a dry-run create of a slice with a shared device keeps
+// allowMultipleAllocations (KEP-5075 on in the API server).
+func consumableCapacityKept(t *testing.T, c *framework.Cluster) bool {
+	t.Helper()
+	one := resource.MustParse("1Gi")
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-probe-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: "probe.example.com", AllNodes: ptr.To(true), Pool: resourceapi.ResourcePool{Name: "probe", ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "d", AllowMultipleAllocations: ptr.To(true),
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: one}}}},
+		},
+	}
+	got, err := draclient.New(c.Clientset).ResourceSlices().Create(context.Background(), slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("dry-run create of a shared device's slice: %v", err)
+	}
+	return ptr.Deref(got.Spec.Devices[0].AllowMultipleAllocations, false)
+}
+
+var gpuVariable = regexp.MustCompile(`^(GPU_DEVICE_[0-9A-Z_]+)=(.*)$`)
+
+// gpuVariables are the GPU_DEVICE_* variables of env's output.
+func gpuVariables(env string) map[string]string {
+	out := map[string]string{}
+	for _, l := range strings.Split(env, "\n") {
+		if m := gpuVariable.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+			out[m[1]] = m[2]
+		}
+	}
+	return out
+}
