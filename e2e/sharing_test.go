@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,12 @@ func TestSharedMemory(t *testing.T) {
 			}
 			r := claim.Status.Allocation.Devices.Results[0]
 			results = append(results, r)
-			t.Logf("claim %s: device %s shareID %v consumedCapacity %v", claim.Name, r.Device, ptr.Deref(r.ShareID, ""), r.ConsumedCapacity)
+			consumed := make([]string, 0, len(r.ConsumedCapacity))
+			for name, q := range r.ConsumedCapacity {
+				consumed = append(consumed, string(name)+"="+q.String())
+			}
+			sort.Strings(consumed)
+			t.Logf("claim %s: device %s shareID %q consumedCapacity %v", claim.Name, r.Device, ptr.Deref(r.ShareID, ""), consumed)
 			if kept {
 				// The status the plugin records names the share.
 				framework.Eventually(t, 30*time.Second, "status.devices of "+claim.Name, func() (bool, error) {
