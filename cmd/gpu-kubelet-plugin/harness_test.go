@@ -218,6 +218,27 @@ func (p *plugin) kill() {
 	}
 }
 
+// killDuring runs calls (a kubelet's sequence of calls, each reporting progress when it
+// completed) in the background and SIGKILLs the plugin once completed of them are done and delay
+// has passed, somewhere inside the next ones; it returns when calls has stopped.
+func (p *plugin) killDuring(completed int, delay time.Duration, calls func(progress func())) {
+	done := make(chan struct{})
+	progress := make(chan struct{}, 1024)
+	go func() {
+		defer close(done)
+		calls(func() { progress <- struct{}{} })
+	}()
+	for i := 0; i < completed; i++ {
+		select {
+		case <-progress:
+		case <-done:
+		}
+	}
+	time.Sleep(delay)
+	p.kill()
+	<-done
+}
+
 // terminate sends SIGTERM and waits for a clean exit.
 func (p *plugin) terminate() {
 	p.t.Helper()

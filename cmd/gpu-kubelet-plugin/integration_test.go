@@ -262,10 +262,8 @@ func TestCrashSafety(t *testing.T) {
 				t.Fatalf("round %d: re-prepare %s = %v, %v; kubelet was told %v", round, name, res[claim.UID], err, before)
 			}
 		}
-		done := make(chan struct{})
-		progress := make(chan struct{}, n)
-		go func() {
-			defer close(done)
+		// Let a few calls complete, then kill at a different point of the next ones each round.
+		p.killDuring(round+1, time.Duration(round*400)*time.Microsecond, func(progress func()) {
 			for i := 6; i < n; i++ {
 				claim := claims[i]
 				if round%2 == 1 && i%3 == 0 {
@@ -273,7 +271,7 @@ func TestCrashSafety(t *testing.T) {
 						return // the plugin died
 					}
 					delete(seen, claim.Name)
-					progress <- struct{}{}
+					progress()
 					continue
 				}
 				res, err := k.prepare(ctx, claim)
@@ -281,19 +279,9 @@ func TestCrashSafety(t *testing.T) {
 					return
 				}
 				seen[claim.Name] = res[claim.UID]
-				progress <- struct{}{}
+				progress()
 			}
-		}()
-		// Let a few calls complete, then kill at a different point of the next ones each round.
-		for i := 0; i <= round; i++ {
-			select {
-			case <-progress:
-			case <-done:
-			}
-		}
-		time.Sleep(time.Duration(round*400) * time.Microsecond)
-		p.kill()
-		<-done
+		})
 		t.Logf("round %d: killed with %d claims prepared as far as the kubelet knows", round, len(seen))
 	}
 

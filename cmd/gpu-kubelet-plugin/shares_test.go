@@ -128,10 +128,7 @@ func TestShares(t *testing.T) {
 		p = c.startPlugin(t, "", inv)
 		k = p.register(ctx, false)
 		c.consistent(t)
-		done := make(chan struct{})
-		progress := make(chan struct{}, n)
-		go func() {
-			defer close(done)
+		p.killDuring(1, time.Duration(round*700)*time.Microsecond, func(progress func()) {
 			for _, claim := range claims {
 				if _, ok := seen[claim.Name]; ok {
 					continue
@@ -141,16 +138,9 @@ func TestShares(t *testing.T) {
 					return // the plugin died
 				}
 				seen[claim.Name] = res[claim.UID]
-				progress <- struct{}{}
+				progress()
 			}
-		}()
-		select {
-		case <-progress:
-		case <-done:
-		}
-		time.Sleep(time.Duration(round*700) * time.Microsecond)
-		p.kill()
-		<-done
+		})
 		t.Logf("round %d: killed with %d shares prepared as far as the kubelet knows", round, len(seen))
 	}
 
