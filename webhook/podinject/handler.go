@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -104,7 +105,7 @@ func isPodCreate(op admissionv1.Operation, resource metav1.GroupVersionResource,
 func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, pod *podView) admission.Response {
 	annotations := pod.Metadata.Annotations
 	if _, ok := annotations[h.opts.annotation(annCount)]; !ok {
-		return admission.Allowed("no " + h.opts.annotation(annCount) + " annotation; nothing to inject")
+		return h.handleExtended(ctx, namespace, dryRun, pod)
 	}
 	if namespace == "" {
 		namespace = pod.Metadata.Namespace
@@ -127,8 +128,12 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	if len(pod.Spec.Containers) == 0 {
 		errs = append(errs, field.Required(field.NewPath("spec", "containers"), "a pod needs a container to give GPUs to"))
 	}
+	errs = append(errs, h.opts.extendedWithAnnotation(pod)...)
 	if len(errs) > 0 {
 		return denied(errs)
+	}
+	if resp, served := h.prioritizedListServed(ctx, want); !served {
+		return resp
 	}
 	template, err := h.template(namespace, want)
 	if err != nil {
@@ -187,6 +192,9 @@ func expired(ctx context.Context) (admission.Response, bool) {
 // template is options.template, cached by request; each caller gets its own copy.
 func (h *Handler) template(namespace string, want Request) (*resourceapi.ResourceClaimTemplate, error) {
 	key := strconv.Itoa(want.Count) + "\x00" + want.Model + "\x00"
+	if len(want.Models) > 0 { // no model in a list has a comma; other keys start with a digit
+		key = "models\x00" + strings.Join(want.Models, ",") + "\x00" + key
+	}
 	if want.Memory != nil {
 		key += want.Memory.String()
 	}
