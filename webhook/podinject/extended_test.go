@@ -13,6 +13,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -354,4 +356,58 @@ func FuzzExtended(f *testing.F) {
 			t.Fatalf("limit %q request %q admitted as %+v (%v)", limit, request, uses, errs)
 		}
 	})
+}
+
+// testExtended: on a real API server (one that does not serve extended resources through DRA, as
+// the handler is told by default), a pod asking in its limits is stored with the claim instead,
+// the template exists in the served version, and the API server's own validation of the patched
+// pod holds: no extended resource left, requests no greater than limits.
+func (e *env) testExtended(t *testing.T) {
+	ns := e.namespace(t, "extended")
+	pod := gpuPod("limits", nil, "app", "sidecar")
+	two := resource.MustParse("2")
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpu.example.com/gpu": two, corev1.ResourceCPU: resource.MustParse("1")}
+	pod.Spec.InitContainers[0].Resources.Limits = corev1.ResourceList{"gpu.example.com/gpu": resource.MustParse("1")}
+	got := e.createPod(t, ns, pod, metav1.CreateOptions{})
+	template := ""
+	for _, rc := range got.Spec.ResourceClaims {
+		if rc.Name == ClaimName && rc.ResourceClaimTemplateName != nil {
+			template = *rc.ResourceClaimTemplateName
+		}
+	}
+	for _, c := range slices.Concat(got.Spec.InitContainers, got.Spec.Containers) {
+		for name := range c.Resources.Limits {
+			if strings.Contains(string(name), "gpu") {
+				t.Errorf("container %s still asks for %s", c.Name, name)
+			}
+		}
+		if c.Name == "sidecar" && len(c.Resources.Claims) > 0 {
+			t.Errorf("container %s without GPU limits got claims %v", c.Name, c.Resources.Claims)
+		}
+	}
+	if cpu := got.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU]; cpu.String() != "1" {
+		t.Errorf("the cpu limit was touched: %v", got.Spec.Containers[0].Resources.Limits)
+	}
+	if refs := got.Spec.Containers[0].Resources.Claims; len(refs) != 1 || refs[0].Request != "container-1-request-0" {
+		t.Errorf("app container references %v", refs)
+	}
+	if refs := got.Spec.InitContainers[0].Resources.Claims; len(refs) != 1 || refs[0].Request != "container-1-request-0" {
+		t.Errorf("init container references %v, want the app's request it runs before", refs)
+	}
+	tmpl, err := e.templates.ResourceClaimTemplates(ns).Get(context.Background(), template, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("template %q of the pod: %v", template, err)
+	}
+	if r := tmpl.Spec.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly == nil || r[0].Exactly.Count != 2 || r[0].Exactly.DeviceClassName != "gpu.example.com" {
+		t.Errorf("template requests %+v, want 2 GPUs of gpu.example.com", r)
+	}
+
+	// A bad value is refused by the webhook with the field, not later by the scheduler (the API
+	// server itself accepts fractions of the implicit name).
+	bad := gpuPod("zero", nil, "app")
+	bad.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"deviceclass.resource.kubernetes.io/gpu.example.com": resource.MustParse("500m")}
+	_, err = e.cs.CoreV1().Pods(ns).Create(context.Background(), bad, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "spec.containers[0].resources.limits[deviceclass.resource.kubernetes.io/gpu.example.com]") {
+		t.Errorf("half a GPU: %v, want the webhook's denial naming the field", err)
+	}
 }

@@ -99,7 +99,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		o.DeviceClasses = append(o.DeviceClasses, podinject.DeviceClass{Name: name, ExtendedResourceName: corev1.ResourceName(resource)})
 		return nil
 	})
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the webhook's namespace, for dry-run probes of what the API server serves (default $POD_NAMESPACE)")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the webhook's namespace, where it probes what the API server serves with dry-run requests ($POD_NAMESPACE when set)")
 	fs.Func("deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(s string) error {
 		rules, err := claimvalidation.ParseRules(s)
 		if err != nil {
