@@ -165,6 +165,8 @@ type extendedPlan struct {
 	// byContainer are the request names each container (init containers first) references.
 	byContainer map[int][]string
 	uses        []extendedUse
+	// namesOf are the resource names of each container's uses, sorted: j in the request names.
+	namesOf map[int][]corev1.ResourceName
 }
 
 // planExtended turns uses into one claim's requests as the scheduler does for the claims it makes
@@ -175,16 +177,20 @@ type extendedPlan struct {
 // requests, since they run one after another. Here j numbers a container's resource names that
 // have a domain, in order.
 func planExtended(uses []extendedUse) extendedPlan {
-	p := extendedPlan{byContainer: map[int][]string{}, uses: uses}
+	p := extendedPlan{byContainer: map[int][]string{}, uses: uses, namesOf: map[int][]corev1.ResourceName{}}
 	names := map[corev1.ResourceName]bool{}
 	for _, u := range uses {
 		names[u.name] = true
+		p.namesOf[u.container] = append(p.namesOf[u.container], u.name)
+	}
+	for _, n := range p.namesOf {
+		slices.Sort(n)
 	}
 	for _, name := range slices.Sorted(mapsKeys(names)) {
 		own := map[int]*resourceapi.DeviceRequest{} // long-lived container -> its request
 		for _, u := range uses {
 			if u.name == name && u.longLived {
-				r := p.request(uses, u, u.count)
+				r := p.request(u, u.count)
 				own[u.container] = &r
 				p.requests = append(p.requests, r)
 				p.byContainer[u.container] = append(p.byContainer[u.container], r.Name)
@@ -207,7 +213,7 @@ func planExtended(uses []extendedUse) extendedPlan {
 			if need > 0 {
 				sharers = append(sharers, u.container)
 				if shared == nil || shared.Exactly.Count < need {
-					r := p.request(uses, u, need)
+					r := p.request(u, need)
 					shared = &r
 				}
 			}
@@ -233,16 +239,9 @@ func (p extendedPlan) total() int64 {
 }
 
 // request is u's own request for count devices.
-func (p extendedPlan) request(uses []extendedUse, u extendedUse, count int64) resourceapi.DeviceRequest {
-	var mine []corev1.ResourceName
-	for _, v := range uses {
-		if v.container == u.container {
-			mine = append(mine, v.name)
-		}
-	}
-	slices.Sort(mine)
+func (p extendedPlan) request(u extendedUse, count int64) resourceapi.DeviceRequest {
 	return resourceapi.DeviceRequest{
-		Name: fmt.Sprintf("container-%d-request-%d", u.container, slices.Index(mine, u.name)),
+		Name: fmt.Sprintf("container-%d-request-%d", u.container, slices.Index(p.namesOf[u.container], u.name)),
 		Exactly: &resourceapi.ExactDeviceRequest{
 			DeviceClassName: u.class,
 			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
@@ -300,6 +299,11 @@ func (h *Handler) handleExtended(ctx context.Context, namespace string, dryRun *
 	if len(uses) == 0 {
 		return admission.Allowed("the cluster serves these extended resources itself").WithWarnings(warnings...)
 	}
+	// Long-lived containers hold their GPUs together: more than a node has is refused before
+	// planning, whose work grows with the containers a forged pod may list by the thousand.
+	if errs := h.opts.checkTotal(longLivedTotal(uses)); len(errs) > 0 {
+		return denied(errs).WithWarnings(warnings...)
+	}
 	p := planExtended(uses)
 	if errs := h.opts.checkExtendedPlan(pod, p); len(errs) > 0 {
 		return denied(errs).WithWarnings(warnings...)
@@ -347,15 +351,30 @@ func (o options) checkExtendedPlan(pod *podView, p extendedPlan) field.ErrorList
 				"the claim name %q is reserved for the GPUs the containers' resources ask for; rename this entry and its container references", ClaimName)))
 		}
 	}
-	total := p.total()
-	switch {
-	case len(p.requests) > resourceapi.DeviceRequestsMaxSize:
-		errs = append(errs, field.TooMany(field.NewPath("spec", "containers"), len(p.requests), resourceapi.DeviceRequestsMaxSize))
-	case total > int64(o.countLimit()):
-		errs = append(errs, field.Invalid(field.NewPath("spec", "containers"), total, fmt.Sprintf(
-			"the containers ask for %d GPUs together, and a pod's GPUs come from one node, where at most %d are; ask for fewer, or split the work across pods", total, o.countLimit())))
+	if len(p.requests) > resourceapi.DeviceRequestsMaxSize {
+		return append(errs, field.TooMany(field.NewPath("spec", "containers"), len(p.requests), resourceapi.DeviceRequestsMaxSize))
 	}
-	return errs
+	return append(errs, o.checkTotal(p.total())...)
+}
+
+// checkTotal refuses more GPUs for one pod than one node holds.
+func (o options) checkTotal(total int64) field.ErrorList {
+	if total <= int64(o.countLimit()) {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "containers"), total, fmt.Sprintf(
+		"the containers ask for %d GPUs together, and a pod's GPUs come from one node, where at most %d are; ask for fewer, or split the work across pods", total, o.countLimit()))}
+}
+
+// longLivedTotal is what the long-lived containers ask for together, the least the claim holds.
+func longLivedTotal(uses []extendedUse) int64 {
+	var n int64
+	for _, u := range uses {
+		if u.longLived {
+			n += u.count
+		}
+	}
+	return n
 }
 
 // patch adds the claim, references each container's requests, and removes the resources the
@@ -369,21 +388,18 @@ func (p extendedPlan) patch(pod *podView, templateName string) []jsonpatch.JsonP
 		ops = append(ops, jsonpatch.NewOperation("add", "/spec/resourceClaims/-", entry))
 	}
 	inits := len(pod.Spec.InitContainers)
-	for number := range inits + len(pod.Spec.Containers) {
+	for _, number := range slices.Sorted(mapsKeys(p.namesOf)) {
 		c, path := pod.Spec.InitContainers, fmt.Sprintf("/spec/initContainers/%d/resources", number)
 		i := number
 		if number >= inits {
 			c, path, i = pod.Spec.Containers, fmt.Sprintf("/spec/containers/%d/resources", number-inits), number-inits
 		}
-		for _, u := range p.uses {
-			if u.container != number {
-				continue
+		for _, name := range p.namesOf[number] {
+			if _, ok := c[i].Resources.Limits.get(name); ok {
+				ops = append(ops, jsonpatch.NewOperation("remove", path+"/limits/"+escapePointer(string(name)), nil))
 			}
-			if _, ok := c[i].Resources.Limits.get(u.name); ok {
-				ops = append(ops, jsonpatch.NewOperation("remove", path+"/limits/"+escapePointer(string(u.name)), nil))
-			}
-			if _, ok := c[i].Resources.Requests.get(u.name); ok {
-				ops = append(ops, jsonpatch.NewOperation("remove", path+"/requests/"+escapePointer(string(u.name)), nil))
+			if _, ok := c[i].Resources.Requests.get(name); ok {
+				ops = append(ops, jsonpatch.NewOperation("remove", path+"/requests/"+escapePointer(string(name)), nil))
 			}
 		}
 		refs := p.byContainer[number]

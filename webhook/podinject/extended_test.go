@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -409,5 +411,40 @@ func (e *env) testExtended(t *testing.T) {
 	_, err = e.cs.CoreV1().Pods(ns).Create(context.Background(), bad, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "spec.containers[0].resources.limits[deviceclass.resource.kubernetes.io/gpu.example.com]") {
 		t.Errorf("half a GPU: %v, want the webhook's denial naming the field", err)
+	}
+}
+
+// TestExtendedHostile: a forged pod with a thousand containers, each asking in its limits next to
+// other names, is answered quickly, whichever way.
+func TestExtendedHostile(t *testing.T) {
+	h, err := NewHandler(&fakeClient{}, WithDeviceClasses(chartDefault...), WithCluster(&fakeCluster{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other strings.Builder
+	container := func(i int, value string) string {
+		return fmt.Sprintf(`{"name":"c%d","resources":{"limits":{%s"gpu.example.com/gpu":%q}}}`, i, other.String(), value)
+	}
+	for i := range 20 {
+		fmt.Fprintf(&other, `"x%d.example.com/gpu":"1",`, i)
+	}
+	for _, tc := range []struct{ name, init, app string }{
+		{"bad values", "-1", "0"},
+		{"init containers", "1", "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var inits, apps []string
+			for i := range 1000 {
+				inits = append(inits, container(i, tc.init))
+			}
+			apps = append(apps, container(0, tc.app))
+			raw := []byte(`{"metadata":{"name":"p","namespace":"ns"},"spec":{"initContainers":[` + strings.Join(inits, ",") + `],"containers":[` + strings.Join(apps, ",") + `]}}`)
+			start := time.Now()
+			resp := review(t, servers(h)["ServeHTTP"], admissionv1.SchemeGroupVersion.String(), admissionRequestRaw(admissionv1.Create, raw))
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("answered a %d KB pod in %s", len(raw)>>10, d)
+			}
+			t.Logf("%d KB pod answered in %s: allowed %v, %d bytes of patch", len(raw)>>10, time.Since(start).Round(time.Millisecond), resp.Allowed, len(resp.Patch))
+		})
 	}
 }

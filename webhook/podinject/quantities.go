@@ -65,12 +65,13 @@ func (q *extendedQuantities) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// get returns the entry for name.
+// get returns the entry for name. The entries are sorted: a forged pod may list thousands.
 func (q extendedQuantities) get(name corev1.ResourceName) (quantityEntry, bool) {
-	for _, e := range q {
-		if e.name == name {
-			return e, true
-		}
+	i, ok := slices.BinarySearchFunc(q, name, func(e quantityEntry, name corev1.ResourceName) int {
+		return strings.Compare(string(e.name), string(name))
+	})
+	if !ok {
+		return quantityEntry{}, false
 	}
-	return quantityEntry{}, false
+	return q[i], true
 }
