@@ -260,21 +260,13 @@ func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	}
 }
 
-// handleExtended serves a pod without the count annotation: one whose containers may list a
-// class's resource name in their limits. Where the cluster serves the name itself (KEP-5004) the
+// handleExtended serves a pod without the count annotation whose containers list a class's
+// resource name in their limits, once handle has checked its namespace and deadline. Where the cluster serves the name itself (KEP-5004) the
 // pod passes untouched; elsewhere the names become a claim from a managed template, as the
 // annotation's do, and leave the pod's resources (else the scheduler would look for a node that
 // advertises them, and find none).
 func (h *Handler) handleExtended(ctx context.Context, namespace string, dryRun *bool, pod *podView) admission.Response {
-	nothing := admission.Allowed("no " + h.opts.annotation(annCount) + " annotation; nothing to inject")
-	if !h.opts.hasExtended(pod) {
-		return nothing
-	}
-	if namespace == "" {
-		namespace = pod.Metadata.Namespace
-	}
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(namespace, pod.name()))
-	ctx = klog.NewContext(ctx, logger)
+	logger := klog.FromContext(ctx)
 
 	var warnings []string
 	decided := map[corev1.ResourceName]bool{}
@@ -312,16 +304,16 @@ func (h *Handler) handleExtended(ctx context.Context, namespace string, dryRun *
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	if resp, gone := expired(ctx); gone {
+		return resp.WithWarnings(warnings...)
+	}
 	more, err := h.validate(ctx, template)
 	if err != nil {
 		return admission.Denied(fmt.Sprintf("the GPUs the containers' resources ask for are not a valid request: %v", err)).WithWarnings(warnings...)
 	}
 	warnings = append(warnings, more...)
-	if dryRun == nil || !*dryRun {
-		if err := h.ensure(ctx, template); err != nil {
-			logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
-			return admission.Errored(http.StatusInternalServerError, err).WithWarnings(warnings...)
-		}
+	if resp, failed := h.ensureUnlessDryRun(ctx, dryRun, template); failed {
+		return resp.WithWarnings(warnings...)
 	}
 	logger.V(3).Info("Turning extended resources into a GPU claim", "template", klog.KObj(template), "requests", len(p.requests))
 	return admission.Patched("turned the containers' GPU resources into a claim", p.patch(pod, template.Name)...).WithWarnings(warnings...)

@@ -279,17 +279,19 @@ func TestRefusedTemplateIsDenied(t *testing.T) {
 		{&RefusedError{Reason: "delete it"}, http.StatusForbidden},
 		{fmt.Errorf("create: %w", apierrors.NewServiceUnavailable("busy")), http.StatusInternalServerError},
 	} {
-		h, err := NewHandler(&fakeClient{err: tc.err})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, annotatedPod(t, "ns", 1, "")))
-		if resp.Allowed || resp.Result.Code != tc.wantCode || !strings.Contains(resp.Result.Message, tc.err.Error()) {
-			t.Errorf("EnsureTemplate error %v: %+v, want code %d", tc.err, resp.Result, tc.wantCode)
-		}
-		var refused *RefusedError
-		if errors.As(tc.err, &refused) && resp.Result.Message != refused.Reason {
-			t.Errorf("message %q, want the reason alone", resp.Result.Message)
+		for way, pod := range gpuPodsIn("ns") {
+			h, err := NewHandler(&fakeClient{err: tc.err})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, pod))
+			if resp.Allowed || resp.Result.Code != tc.wantCode || !strings.Contains(resp.Result.Message, tc.err.Error()) {
+				t.Errorf("%s: EnsureTemplate error %v: %+v, want code %d", way, tc.err, resp.Result, tc.wantCode)
+			}
+			var refused *RefusedError
+			if errors.As(tc.err, &refused) && resp.Result.Message != refused.Reason {
+				t.Errorf("%s: message %q, want the reason alone", way, resp.Result.Message)
+			}
 		}
 	}
 }
