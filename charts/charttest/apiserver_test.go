@@ -104,8 +104,8 @@ func TestInstallOnAPIServer(t *testing.T) {
 			for _, v := range served {
 				caps.APIVersions = append(caps.APIVersions, "resource.k8s.io/"+v)
 			}
-			// With the optional NetworkPolicy, so that the server validates it too.
-			r := mustRender(t, caps, values(t, append(slices.Clone(installSets), networkPolicySets...)...))
+			// With several classes and the optional NetworkPolicy, so that the server validates them too.
+			r := mustRender(t, caps, valuesYAML(t, deviceClassValues, append(slices.Clone(installSets), networkPolicySets...)...))
 			if _, ok := r.find("NetworkPolicy", ""); !ok {
 				t.Fatal("no NetworkPolicy rendered")
 			}

@@ -195,21 +195,23 @@ var nonKubernetesGroups = []string{"cert-manager.io/"}
 // schemas of that Kubernetes release, for each certificate mode.
 func TestOpenAPISchemas(t *testing.T) {
 	modes := []struct {
-		name  string
-		extra []string
-		sets  []string
+		name   string
+		extra  []string
+		values string
+		sets   []string
 	}{
 		{name: "self", sets: installSets},
 		{name: "cert-manager", extra: []string{"cert-manager.io/v1"}, sets: []string{"certs.mode=cert-manager"}},
 		{name: "secret", sets: []string{"certs.mode=secret", "certs.secret.name=tls", "certs.secret.caBundle=Q0EK", "webhook.deny={unsatisfiable}"}},
 		{name: "network-policy", sets: append(slices.Clone(installSets), networkPolicySets...)},
+		{name: "device-classes", values: deviceClassValues, sets: installSets},
 	}
 	for _, c := range clusters {
 		t.Run(c.name, func(t *testing.T) {
 			schemas := schemasFor(t, c.kubeVersion)
 			for _, mode := range modes {
 				t.Run(mode.name, func(t *testing.T) {
-					r := mustRender(t, capabilities(t, c, mode.extra...), values(t, mode.sets...))
+					r := mustRender(t, capabilities(t, c, mode.extra...), valuesYAML(t, mode.values, mode.sets...))
 					checked := 0
 					for _, m := range r.Manifests {
 						skip := false

@@ -35,8 +35,9 @@ type plainListWatch struct{ *cache.ListWatch }
 func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // NewInformers prepares the informers; onChange runs after every add, update or delete (use it
-// to invalidate a View).
-func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()) *Informers {
+// to invalidate a View). Of each Node's status.allocatable only the resources listed in
+// keepAllocatable are kept (NodeAdvertising).
+func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func(), keepAllocatable ...v1.ResourceName) *Informers {
 	dra := draclient.New(cs)
 	i := &Informers{onChange: onChange}
 	i.slices = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
@@ -55,7 +56,7 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 			return dra.DeviceClasses().Watch(ctx, o)
 		},
 	}}, &resourceapi.DeviceClass{}, resync, nil)
-	i.factory = informers.NewSharedInformerFactoryWithOptions(cs, resync, informers.WithTransform(nodeLabelsOnly))
+	i.factory = informers.NewSharedInformerFactoryWithOptions(cs, resync, informers.WithTransform(nodeLabelsOnly(keepAllocatable)))
 	i.nodes = i.factory.Core().V1().Nodes().Informer()
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { i.changed() },
@@ -69,20 +70,53 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 	return i
 }
 
-// nodeLabelsOnly keeps what the allocator reads of a Node (name and labels): a thousand full
-// Node objects are megabytes of status nobody here looks at.
-func nodeLabelsOnly(obj any) (any, error) {
-	n, ok := obj.(*v1.Node)
-	if !ok {
-		return obj, nil
+// nodeLabelsOnly keeps what the allocator reads of a Node (name and labels), and of its
+// allocatable resources those in keep: a thousand full Node objects are megabytes of status
+// nobody here looks at.
+func nodeLabelsOnly(keep []v1.ResourceName) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		n, ok := obj.(*v1.Node)
+		if !ok {
+			return obj, nil
+		}
+		out := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, ResourceVersion: n.ResourceVersion, UID: n.UID}}
+		for _, name := range keep {
+			if q, ok := n.Status.Allocatable[name]; ok {
+				if out.Status.Allocatable == nil {
+					out.Status.Allocatable = v1.ResourceList{}
+				}
+				out.Status.Allocatable[name] = q
+			}
+		}
+		return out, nil
 	}
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, ResourceVersion: n.ResourceVersion, UID: n.UID}}, nil
 }
 
 func (i *Informers) changed() {
 	if i.onChange != nil {
 		i.onChange()
 	}
+}
+
+// DeviceClasses lists the cached DeviceClasses (nil until synced).
+func (i *Informers) DeviceClasses() []*resourceapi.DeviceClass {
+	if !i.classes.HasSynced() {
+		return nil
+	}
+	return list[resourceapi.DeviceClass](i.classes)
+}
+
+// NodeAdvertising returns a node whose status.allocatable has more than zero of name (a device
+// plugin advertises it), or "" for none. name must be one NewInformers was told to keep.
+func (i *Informers) NodeAdvertising(name v1.ResourceName) string {
+	for _, o := range i.nodes.GetStore().List() {
+		if n, ok := o.(*v1.Node); ok {
+			if q, ok := n.Status.Allocatable[name]; ok && q.Sign() > 0 {
+				return n.Name
+			}
+		}
+	}
+	return ""
 }
 
 // Start runs the informers until ctx ends.

@@ -21,6 +21,9 @@ type Request struct {
 	Count int
 	// Model, when set, is the exact model every GPU must publish.
 	Model string
+	// Models, when set instead of Model, are models to try in turn (firstAvailable): the GPUs
+	// are all of the first model that can be allocated.
+	Models []string
 	// Memory, when set, is the least memory capacity of every GPU.
 	Memory *resource.Quantity
 }
@@ -51,6 +54,10 @@ func (o options) parseRequest(annotations map[string]string) (Request, field.Err
 			errs = append(errs, invalid(key, value, fmt.Sprintf("empty; name a model such as %q, or remove the annotation for any model", deviceschema.DefaultModel)))
 		case !utf8.ValidString(value):
 			errs = append(errs, invalid(key, value, "not valid UTF-8; use the model exactly as the ResourceSlice shows it"))
+		case strings.Contains(value, ","):
+			var merrs field.ErrorList
+			req.Models, merrs = parseModels(key, value)
+			errs = append(errs, merrs...)
 		case len(value) > resourceapi.DeviceAttributeMaxValueLength:
 			errs = append(errs, invalid(key, value, fmt.Sprintf("longer than %d bytes, so no device can publish it; use the model exactly as the ResourceSlice shows it", resourceapi.DeviceAttributeMaxValueLength)))
 		default:

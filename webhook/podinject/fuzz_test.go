@@ -8,6 +8,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -77,6 +78,22 @@ func FuzzParseAnnotations(f *testing.F) {
 		devMemory := "80Gi"
 		if req.Memory != nil {
 			devMemory = req.Memory.String()
+		}
+		if len(req.Models) > 0 {
+			// A list: each subrequest, in order, selects a GPU of its model and no other's.
+			subs := tmpl.Spec.Spec.Devices.Requests[0].FirstAvailable
+			if len(subs) != len(req.Models) || len(req.Models) < 2 || len(req.Models) > resourceapi.FirstAvailableDeviceRequestMaxSize {
+				t.Fatalf("models %q from %q became %d subrequests", req.Models, model, len(subs))
+			}
+			for i, sub := range subs {
+				if !selectorsMatch(t, sub.Selectors, device(o.driverName, req.Models[i], devMemory)) {
+					t.Fatalf("subrequest %s does not select model %q", sub.Name, req.Models[i])
+				}
+				if selectorsMatch(t, sub.Selectors, device(o.driverName, req.Models[(i+1)%len(subs)], devMemory)) {
+					t.Fatalf("subrequest %s selects model %q too", sub.Name, req.Models[(i+1)%len(subs)])
+				}
+			}
+			return
 		}
 		if !selects(t, tmpl, device(o.driverName, devModel, devMemory)) {
 			t.Fatalf("template for model %q memory %q does not select a GPU with exactly those: %v",

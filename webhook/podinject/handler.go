@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -103,22 +104,21 @@ func isPodCreate(op admissionv1.Operation, resource metav1.GroupVersionResource,
 // handle is Handle once the pod is decoded; namespace is the request's.
 func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, pod *podView) admission.Response {
 	annotations := pod.Metadata.Annotations
-	if _, ok := annotations[h.opts.annotation(annCount)]; !ok {
+	_, annotated := annotations[h.opts.annotation(annCount)]
+	if !annotated && !h.opts.hasExtended(pod) {
 		return admission.Allowed("no " + h.opts.annotation(annCount) + " annotation; nothing to inject")
 	}
-	if namespace == "" {
-		namespace = pod.Metadata.Namespace
-	}
-	switch {
-	case namespace == "":
-		return admission.Denied("the review names no namespace; the API server always names the pod's")
-	case slices.Contains(h.opts.excluded, namespace):
-		return admission.Denied(fmt.Sprintf("namespace %s is excluded from GPU injection by the webhook configuration, whose namespaceSelector keeps its pods from ever being sent here; create GPU pods in another namespace", namespace))
+	namespace, refused := h.reviewNamespace(namespace, pod)
+	if refused != nil {
+		return *refused
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(namespace, pod.name()))
 	ctx = klog.NewContext(ctx, logger)
 	if resp, gone := expired(ctx); gone {
 		return resp
+	}
+	if !annotated {
+		return h.handleExtended(ctx, namespace, dryRun, pod)
 	}
 
 	want, errs := h.opts.parseRequest(annotations)
@@ -127,8 +127,12 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	if len(pod.Spec.Containers) == 0 {
 		errs = append(errs, field.Required(field.NewPath("spec", "containers"), "a pod needs a container to give GPUs to"))
 	}
+	errs = append(errs, h.opts.extendedWithAnnotation(pod)...)
 	if len(errs) > 0 {
 		return denied(errs)
+	}
+	if resp, served := h.prioritizedListServed(ctx, want); !served {
+		return resp
 	}
 	template, err := h.template(namespace, want)
 	if err != nil {
@@ -148,24 +152,8 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 		return admission.Denied(fmt.Sprintf("the GPU request of annotation %s is not valid: %v", h.opts.annotation(annCount), err)).WithWarnings(warnings...)
 	}
 	warnings = append(warnings, more...)
-	// Dry-run promises no side effects (the configuration says sideEffects: NoneOnDryRun); the pod
-	// is not stored either, so nothing will look for the template.
-	if dryRun == nil || !*dryRun {
-		if resp, gone := expired(ctx); gone {
-			return resp.WithWarnings(warnings...)
-		}
-		if err := h.ensure(ctx, template); err != nil {
-			if resp, gone := expired(ctx); gone {
-				return resp.WithWarnings(warnings...)
-			}
-			var refused *RefusedError
-			if errors.As(err, &refused) {
-				logger.V(2).Info("Refusing managed ResourceClaimTemplate", "template", klog.KObj(template), "reason", refused.Reason)
-				return admission.Denied(refused.Reason).WithWarnings(warnings...)
-			}
-			logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
-			return admission.Errored(http.StatusInternalServerError, err).WithWarnings(warnings...)
-		}
+	if resp, failed := h.ensureUnlessDryRun(ctx, dryRun, template); failed {
+		return resp.WithWarnings(warnings...)
 	}
 	ops := p.patch(pod, template.Name)
 	if len(ops) == 0 {
@@ -173,6 +161,53 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	logger.V(3).Info("Injecting GPU claim", "template", klog.KObj(template), "count", want.Count, "containers", len(p.containers))
 	return admission.Patched("injected the GPU claim", ops...).WithWarnings(warnings...)
+}
+
+// reviewNamespace is the namespace of the review (the request's, else the pod's), or the denial of
+// a review that names none or one the webhook configuration excludes.
+func (h *Handler) reviewNamespace(namespace string, pod *podView) (string, *admission.Response) {
+	if namespace == "" {
+		namespace = pod.Metadata.Namespace
+	}
+	var resp admission.Response
+	switch {
+	case namespace == "":
+		resp = admission.Denied("the review names no namespace; the API server always names the pod's")
+	case slices.Contains(h.opts.excluded, namespace):
+		resp = admission.Denied(fmt.Sprintf("namespace %s is excluded from GPU injection by the webhook configuration, whose namespaceSelector keeps its pods from ever being sent here; create GPU pods in another namespace", namespace))
+	default:
+		return namespace, nil
+	}
+	return namespace, &resp
+}
+
+// ensureUnlessDryRun ensures template unless the review is a dry run, and answers the review
+// (failed) when that ends it: its deadline passed, the template client refused the template (the
+// user's to fix), or the API server failed (an error, retried).
+func (h *Handler) ensureUnlessDryRun(ctx context.Context, dryRun *bool, template *resourceapi.ResourceClaimTemplate) (admission.Response, bool) {
+	// Dry-run promises no side effects (the configuration says sideEffects: NoneOnDryRun); the pod
+	// is not stored either, so nothing will look for the template.
+	if dryRun != nil && *dryRun {
+		return admission.Response{}, false
+	}
+	if resp, gone := expired(ctx); gone {
+		return resp, true
+	}
+	err := h.ensure(ctx, template)
+	if err == nil {
+		return admission.Response{}, false
+	}
+	if resp, gone := expired(ctx); gone {
+		return resp, true
+	}
+	logger := klog.FromContext(ctx)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		logger.V(2).Info("Refusing managed ResourceClaimTemplate", "template", klog.KObj(template), "reason", refused.Reason)
+		return admission.Denied(refused.Reason), true
+	}
+	logger.Error(err, "Ensuring managed ResourceClaimTemplate failed", "template", klog.KObj(template))
+	return admission.Errored(http.StatusInternalServerError, err), true
 }
 
 // expired answers a review whose deadline passed or whose caller left: the API server no longer
@@ -187,6 +222,9 @@ func expired(ctx context.Context) (admission.Response, bool) {
 // template is options.template, cached by request; each caller gets its own copy.
 func (h *Handler) template(namespace string, want Request) (*resourceapi.ResourceClaimTemplate, error) {
 	key := strconv.Itoa(want.Count) + "\x00" + want.Model + "\x00"
+	if len(want.Models) > 0 { // no model in a list has a comma; other keys start with a digit
+		key = "models\x00" + strings.Join(want.Models, ",") + "\x00" + key
+	}
 	if want.Memory != nil {
 		key += want.Memory.String()
 	}

@@ -180,59 +180,66 @@ func post(t testing.TB, serve http.Handler, contentType string, body []byte) adm
 
 func TestHandle(t *testing.T) {
 	for _, tc := range loadCases(t, "testdata/cases.yaml") {
-		podJSON, err := yaml.YAMLToJSON(tc.Pod)
-		if err != nil {
-			t.Fatalf("%s: pod: %v", tc.Name, err)
+		var opts []Option
+		if tc.MaxPerNode != 0 {
+			opts = append(opts, WithMaxDevicesPerNode(tc.MaxPerNode))
 		}
-		op := admissionv1.Create
-		if tc.Operation != "" {
-			op = admissionv1.Operation(tc.Operation)
-		}
-		req := admissionRequest(t, op, tc.DryRun, podJSON)
-		for _, served := range []string{"admission.Webhook", "ServeHTTP"} {
-			t.Run(tc.Name+"/"+served, func(t *testing.T) {
-				client := &fakeClient{}
-				var opts []Option
-				if tc.MaxPerNode != 0 {
-					opts = append(opts, WithMaxDevicesPerNode(tc.MaxPerNode))
-				}
-				h, err := NewHandler(client, opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp := review(t, servers(h)[served], admissionv1.SchemeGroupVersion.String(), req)
+		runCase(t, tc, checkPatchedPod, opts...)
+	}
+}
 
-				if resp.Allowed != tc.Want.Allowed {
-					t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tc.Want.Allowed, resp.Result)
+// runCase sends the case's pod through both servings of a handler made with opts and compares the
+// answer with the case's; check looks at a patched pod.
+func runCase(t *testing.T, tc handlerCase, check func(t *testing.T, h *Handler, podJSON, patchJSON []byte), opts ...Option) {
+	t.Helper()
+	podJSON, err := yaml.YAMLToJSON(tc.Pod)
+	if err != nil {
+		t.Fatalf("%s: pod: %v", tc.Name, err)
+	}
+	op := admissionv1.Create
+	if tc.Operation != "" {
+		op = admissionv1.Operation(tc.Operation)
+	}
+	req := admissionRequest(t, op, tc.DryRun, podJSON)
+	for _, served := range []string{"admission.Webhook", "ServeHTTP"} {
+		t.Run(tc.Name+"/"+served, func(t *testing.T) {
+			client := &fakeClient{}
+			h, err := NewHandler(client, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := review(t, servers(h)[served], admissionv1.SchemeGroupVersion.String(), req)
+
+			if resp.Allowed != tc.Want.Allowed {
+				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tc.Want.Allowed, resp.Result)
+			}
+			if tc.Want.Message != "" {
+				if resp.Result == nil || resp.Result.Message != tc.Want.Message {
+					t.Errorf("message:\n got %q\nwant %q", resp.Result.Message, tc.Want.Message)
 				}
-				if tc.Want.Message != "" {
-					if resp.Result == nil || resp.Result.Message != tc.Want.Message {
-						t.Errorf("message:\n got %q\nwant %q", resp.Result.Message, tc.Want.Message)
-					}
+			}
+			if !slices.Equal(resp.Warnings, tc.Want.Warnings) {
+				t.Errorf("warnings:\n got %q\nwant %q", resp.Warnings, tc.Want.Warnings)
+			}
+			var got []json.RawMessage
+			if len(resp.Patch) > 0 {
+				if err := json.Unmarshal(resp.Patch, &got); err != nil {
+					t.Fatalf("patch %s: %v", resp.Patch, err)
 				}
-				if !slices.Equal(resp.Warnings, tc.Want.Warnings) {
-					t.Errorf("warnings:\n got %q\nwant %q", resp.Warnings, tc.Want.Warnings)
-				}
-				var got []json.RawMessage
-				if len(resp.Patch) > 0 {
-					if err := json.Unmarshal(resp.Patch, &got); err != nil {
-						t.Fatalf("patch %s: %v", resp.Patch, err)
-					}
-				}
-				if g, w := sortedOps(t, got), sortedOps(t, tc.Want.Patch); !slices.Equal(g, w) {
-					t.Errorf("patch:\n got %s\nwant %s", strings.Join(g, "\n     "), strings.Join(w, "\n     "))
-				}
-				if len(got) > 0 != (resp.PatchType != nil && *resp.PatchType == admissionv1.PatchTypeJSONPatch) {
-					t.Errorf("patch type %v with %d operations", resp.PatchType, len(got))
-				}
-				if n := client.names(); !slices.Equal(n, tc.Want.Templates) {
-					t.Errorf("templates ensured: %q, want %q", n, tc.Want.Templates)
-				}
-				if len(got) > 0 {
-					checkPatchedPod(t, h, podJSON, resp.Patch)
-				}
-			})
-		}
+			}
+			if g, w := sortedOps(t, got), sortedOps(t, tc.Want.Patch); !slices.Equal(g, w) {
+				t.Errorf("patch:\n got %s\nwant %s", strings.Join(g, "\n     "), strings.Join(w, "\n     "))
+			}
+			if len(got) > 0 != (resp.PatchType != nil && *resp.PatchType == admissionv1.PatchTypeJSONPatch) {
+				t.Errorf("patch type %v with %d operations", resp.PatchType, len(got))
+			}
+			if n := client.names(); !slices.Equal(n, tc.Want.Templates) {
+				t.Errorf("templates ensured: %q, want %q", n, tc.Want.Templates)
+			}
+			if len(got) > 0 {
+				check(t, h, podJSON, resp.Patch)
+			}
+		})
 	}
 }
 

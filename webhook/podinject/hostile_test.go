@@ -127,34 +127,47 @@ func (discardResponse) WriteHeader(int)             {}
 // TestHandleHonoursDeadline: a review whose deadline has passed (the API server sends its webhook
 // timeout as ?timeout=) or whose caller left is answered with an error and creates no template.
 func TestHandleHonoursDeadline(t *testing.T) {
-	pod := []byte(`{"metadata":{"name":"p","namespace":"ns","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`)
-	req := admissionRequest(t, admissionv1.Create, false, pod)
+	for name, pod := range gpuPodsIn("ns") {
+		t.Run(name, func(t *testing.T) {
+			req := admissionRequest(t, admissionv1.Create, false, pod)
 
-	client := &fakeClient{}
-	h, err := NewHandler(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if resp := h.Handle(ctx, req); resp.Allowed || resp.Result.Code != http.StatusRequestTimeout {
-		t.Errorf("Handle with the caller gone: allowed=%t %+v, want a 408", resp.Allowed, resp.Result)
-	}
+			client := &fakeClient{}
+			h, err := NewHandler(client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if resp := h.Handle(ctx, req); resp.Allowed || resp.Result.Code != http.StatusRequestTimeout {
+				t.Errorf("Handle with the caller gone: allowed=%t %+v, want a 408", resp.Allowed, resp.Result)
+			}
 
-	r := httpReview("application/json", reviewBody(t, admissionv1.SchemeGroupVersion.String(), req))
-	r.URL.RawQuery = "timeout=1ns"
-	out := postRequest(t, h, r)
-	if out.Response.Allowed || out.Response.Result.Code != http.StatusRequestTimeout || !strings.Contains(out.Response.Result.Message, "deadline exceeded") {
-		t.Errorf("ServeHTTP past ?timeout=: allowed=%t %+v, want a 408 naming the deadline", out.Response.Allowed, out.Response.Result)
+			r := httpReview("application/json", reviewBody(t, admissionv1.SchemeGroupVersion.String(), req))
+			r.URL.RawQuery = "timeout=1ns"
+			out := postRequest(t, h, r)
+			if out.Response.Allowed || out.Response.Result.Code != http.StatusRequestTimeout || !strings.Contains(out.Response.Result.Message, "deadline exceeded") {
+				t.Errorf("ServeHTTP past ?timeout=: allowed=%t %+v, want a 408 naming the deadline", out.Response.Allowed, out.Response.Result)
+			}
+			if client.calls != 0 {
+				t.Errorf("%d templates ensured for reviews nobody waits for", client.calls)
+			}
+			// The same review within its timeout is injected.
+			r = httpReview("application/json", reviewBody(t, admissionv1.SchemeGroupVersion.String(), req))
+			r.URL.RawQuery = "timeout=10s"
+			if resp := postRequest(t, h, r).Response; !resp.Allowed || len(resp.Patch) == 0 {
+				t.Errorf("within ?timeout=10s: not injected: %+v", resp.Result)
+			}
+		})
 	}
-	if client.calls != 0 {
-		t.Errorf("%d templates ensured for reviews nobody waits for", client.calls)
-	}
-	// The same review within its timeout is injected.
-	r = httpReview("application/json", reviewBody(t, admissionv1.SchemeGroupVersion.String(), req))
-	r.URL.RawQuery = "timeout=10s"
-	if resp := postRequest(t, h, r).Response; !resp.Allowed || len(resp.Patch) == 0 {
-		t.Errorf("within ?timeout=10s: not injected: %+v", resp.Result)
+}
+
+// gpuPodsIn are a pod in namespace ns asking for a GPU each way the handler serves: by annotation,
+// and in its limits, by the implicit extended resource name of the default DeviceClass (which the
+// handler turns into a claim, as on a cluster without KEP-5004).
+func gpuPodsIn(ns string) map[string][]byte {
+	return map[string][]byte{
+		"annotation": []byte(`{"metadata":{"name":"p","namespace":"` + ns + `","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`),
+		"limits":     []byte(`{"metadata":{"name":"p","namespace":"` + ns + `"},"spec":{"containers":[{"name":"app","resources":{"limits":{"deviceclass.resource.kubernetes.io/gpu.example.com":"1"}}}]}}`),
 	}
 }
 
@@ -261,9 +274,12 @@ func TestPooledBodyIsNotAliased(t *testing.T) {
 // have been posted straight to the Service (anyone in the cluster can): it is denied and nothing is
 // created there. So is a review that names no namespace at all.
 func TestExcludedNamespaces(t *testing.T) {
-	podIn := func(ns string) []byte {
-		return []byte(`{"metadata":{"name":"p","namespace":"` + ns + `","annotations":{"gpu.example.com/count":"1"}},"spec":{"containers":[{"name":"app"}]}}`)
+	for way := range gpuPodsIn("") {
+		t.Run(way, func(t *testing.T) { testExcludedNamespaces(t, func(ns string) []byte { return gpuPodsIn(ns)[way] }) })
 	}
+}
+
+func testExcludedNamespaces(t *testing.T, podIn func(ns string) []byte) {
 	for _, tc := range []struct {
 		name, requestNS string
 		pod             []byte

@@ -29,9 +29,14 @@ type podView struct {
 }
 
 type containerView struct {
-	Name      string `json:"name"`
-	Resources *struct {
-		Claims []corev1.ResourceClaim `json:"claims"`
+	Name string `json:"name"`
+	// RestartPolicy Always makes an init container a sidecar, which keeps its GPUs while the app
+	// runs.
+	RestartPolicy string `json:"restartPolicy"`
+	Resources     *struct {
+		Claims   []corev1.ResourceClaim `json:"claims"`
+		Limits   extendedQuantities     `json:"limits"`
+		Requests extendedQuantities     `json:"requests"`
 	} `json:"resources"`
 }
 

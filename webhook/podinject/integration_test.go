@@ -58,6 +58,7 @@ func TestIntegration(t *testing.T) {
 			t.Run("a deleted template comes back for the next pod", func(t *testing.T) {
 				checkDeletedTemplateComesBack(t, e.cs, e.namespace(t, "deleted"))
 			})
+			t.Run("limits of a class's extended resource become a claim", e.testExtended)
 			// Last: it stops the webhook server.
 			t.Run("webhook down affects annotated pods only", e.testWebhookDown)
 		})
@@ -89,7 +90,7 @@ func startEnv(t *testing.T, runtimeConfig string) *env {
 	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(runtimeConfig), testapiserver.WithWebhooks(envtest.WebhookInstallOptions{
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{config},
 	}))
-	h := clusterHandler(t, srv.Clientset)
+	h := clusterHandler(t, srv.Clientset, nil, WithDeviceClasses(chartDefault...))
 	wo := srv.Env.WebhookInstallOptions
 	return &env{
 		srv:        srv,

@@ -31,10 +31,10 @@ func annotatedPod(t testing.TB, ns string, count int, model string) []byte {
 
 // clusterHandler is the handler as the webhook wires it: the API client watching the managed
 // templates, deletions forgotten.
-func clusterHandler(t testing.TB, cs kubernetes.Interface, opts ...ClientOption) *Handler {
+func clusterHandler(t testing.TB, cs kubernetes.Interface, clientOpts []ClientOption, opts ...Option) *Handler {
 	t.Helper()
-	c := NewAPIClient(cs, opts...)
-	h, err := NewHandler(c, WithMaxDevicesPerNode(8))
+	c := NewAPIClient(cs, clientOpts...)
+	h, err := NewHandler(c, append([]Option{WithMaxDevicesPerNode(8)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func clusterHandler(t testing.TB, cs kubernetes.Interface, opts ...ClientOption)
 func checkCapturedTemplate(t *testing.T, cs kubernetes.Interface, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	h := clusterHandler(t, cs)
+	h := clusterHandler(t, cs, nil)
 	want := testTemplate(t, ns)
 	impostor := want.DeepCopy()
 	impostor.Spec.Spec.Devices.Requests[0].Exactly.Count = 1
@@ -89,7 +89,7 @@ func TestCapturedTemplate(t *testing.T) { checkCapturedTemplate(t, fake.NewClien
 func checkDeletedTemplateComesBack(t *testing.T, cs kubernetes.Interface, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	h := clusterHandler(t, cs)
+	h := clusterHandler(t, cs, nil)
 	pod := admissionRequest(t, admissionv1.Create, false, annotatedPod(t, ns, 2, ""))
 	if resp := h.Handle(ctx, pod); !resp.Allowed {
 		t.Fatalf("denied: %+v", resp.Result)
@@ -121,7 +121,7 @@ func TestDeletedTemplateComesBack(t *testing.T) {
 func TestTemplatesPerNamespaceBound(t *testing.T) {
 	ctx := context.Background()
 	cs := fake.NewClientset()
-	h := clusterHandler(t, cs, WithMaxTemplatesPerNamespace(3))
+	h := clusterHandler(t, cs, []ClientOption{WithMaxTemplatesPerNamespace(3)})
 	handle := func(ns string, count int, model string) *admissionv1.AdmissionResponse {
 		resp := h.Handle(ctx, admissionRequest(t, admissionv1.Create, false, annotatedPod(t, ns, count, model)))
 		return &resp.AdmissionResponse
@@ -279,17 +279,19 @@ func TestRefusedTemplateIsDenied(t *testing.T) {
 		{&RefusedError{Reason: "delete it"}, http.StatusForbidden},
 		{fmt.Errorf("create: %w", apierrors.NewServiceUnavailable("busy")), http.StatusInternalServerError},
 	} {
-		h, err := NewHandler(&fakeClient{err: tc.err})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, annotatedPod(t, "ns", 1, "")))
-		if resp.Allowed || resp.Result.Code != tc.wantCode || !strings.Contains(resp.Result.Message, tc.err.Error()) {
-			t.Errorf("EnsureTemplate error %v: %+v, want code %d", tc.err, resp.Result, tc.wantCode)
-		}
-		var refused *RefusedError
-		if errors.As(tc.err, &refused) && resp.Result.Message != refused.Reason {
-			t.Errorf("message %q, want the reason alone", resp.Result.Message)
+		for way, pod := range gpuPodsIn("ns") {
+			h, err := NewHandler(&fakeClient{err: tc.err})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := h.Handle(context.Background(), admissionRequest(t, admissionv1.Create, false, pod))
+			if resp.Allowed || resp.Result.Code != tc.wantCode || !strings.Contains(resp.Result.Message, tc.err.Error()) {
+				t.Errorf("%s: EnsureTemplate error %v: %+v, want code %d", way, tc.err, resp.Result, tc.wantCode)
+			}
+			var refused *RefusedError
+			if errors.As(tc.err, &refused) && resp.Result.Message != refused.Reason {
+				t.Errorf("%s: message %q, want the reason alone", way, resp.Result.Message)
+			}
 		}
 	}
 }

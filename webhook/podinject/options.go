@@ -3,6 +3,7 @@ package podinject
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -37,6 +38,20 @@ type options struct {
 	maxPerNode int
 	validator  Validator
 	excluded   []string
+	// classes are the chart's DeviceClasses; the first serves the annotations.
+	classes []DeviceClass
+	// classOf maps each resource name a container may list in its limits (a class's extended
+	// resource name and its implicit deviceclass.resource.kubernetes.io/<class>) to the class.
+	classOf map[corev1.ResourceName]string
+	cluster Cluster
+}
+
+// DeviceClass is one of the DeviceClasses the chart creates.
+type DeviceClass struct {
+	Name string
+	// ExtendedResourceName, when set, is the class's spec.extendedResourceName: the resource
+	// name pods may list in a container's resources.limits to get GPUs of the class.
+	ExtendedResourceName corev1.ResourceName
 }
 
 // Option configures a Handler.
@@ -63,6 +78,16 @@ func WithExcludedNamespaces(namespaces ...string) Option {
 	return func(o *options) { o.excluded = append(o.excluded, namespaces...) }
 }
 
+// WithDeviceClasses sets the DeviceClasses pods get GPUs from (default: one named after the
+// driver, without an extended resource name). The first is the class of the annotations.
+func WithDeviceClasses(classes ...DeviceClass) Option {
+	return func(o *options) { o.classes = classes }
+}
+
+// WithCluster tells the handler what the cluster serves (default: nothing optional, as a 1.32
+// cluster with its default feature gates).
+func WithCluster(c Cluster) Option { return func(o *options) { o.cluster = c } }
+
 func newOptions(opts []Option) (options, error) {
 	o := options{driverName: deviceschema.DefaultDriverName, maxPerNode: deviceschema.DefaultCount}
 	for _, opt := range opts {
@@ -74,6 +99,28 @@ func newOptions(opts []Option) (options, error) {
 	}
 	if o.maxPerNode < 1 {
 		return o, fmt.Errorf("max devices per node %d: must be at least 1 (check the inventory config)", o.maxPerNode)
+	}
+	if len(o.classes) == 0 {
+		o.classes = []DeviceClass{{Name: o.driverName}}
+	}
+	o.classOf = map[corev1.ResourceName]string{}
+	for _, c := range o.classes {
+		if errs := validation.IsDNS1123Subdomain(c.Name); len(errs) > 0 {
+			return o, fmt.Errorf("DeviceClass name %q: %v", c.Name, errs)
+		}
+		names := []corev1.ResourceName{corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix + c.Name)}
+		if c.ExtendedResourceName != "" {
+			if err := ValidateExtendedResourceName(c.ExtendedResourceName); err != nil {
+				return o, fmt.Errorf("DeviceClass %s: %w", c.Name, err)
+			}
+			names = append(names, c.ExtendedResourceName)
+		}
+		for _, n := range names {
+			if other, ok := o.classOf[n]; ok {
+				return o, fmt.Errorf("resource name %s names DeviceClasses %s and %s; a name can select one class only", n, other, c.Name)
+			}
+			o.classOf[n] = c.Name
+		}
 	}
 	return o, nil
 }

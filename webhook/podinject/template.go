@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
@@ -20,32 +21,52 @@ import (
 const hashLength = 10
 
 // template returns the managed ResourceClaimTemplate for a request, in v1 (the client writes it in
-// whatever version the cluster serves). Its name is derived from its spec alone, so every pod
-// asking the same thing in a namespace shares one template and a changed request never reuses a
-// template made for another.
+// whatever version the cluster serves): one request of Count GPUs of the annotations' class, or,
+// for a list of models, one request whose subrequests try them in order (firstAvailable).
 func (o options) template(namespace string, req Request) (*resourceapi.ResourceClaimTemplate, error) {
+	request := resourceapi.DeviceRequest{Name: RequestName}
+	if len(req.Models) > 0 {
+		for i, model := range req.Models {
+			request.FirstAvailable = append(request.FirstAvailable, resourceapi.DeviceSubRequest{
+				Name:            fmt.Sprintf("%s%d", subRequestPrefix, i),
+				DeviceClassName: o.classes[0].Name,
+				Selectors:       o.selectors(model, req.Memory),
+				AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+				Count:           int64(req.Count),
+			})
+		}
+	} else {
+		request.Exactly = &resourceapi.ExactDeviceRequest{
+			DeviceClassName: o.classes[0].Name,
+			Selectors:       o.selectors(req.Model, req.Memory),
+			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+			Count:           int64(req.Count),
+		}
+	}
+	return o.managedTemplate(namespace, req.Count, []resourceapi.DeviceRequest{request})
+}
+
+// selectors are the CEL selectors of a model ("" for any) and a least memory (nil for any).
+func (o options) selectors(model string, memory *resource.Quantity) []resourceapi.DeviceSelector {
 	var selectors []resourceapi.DeviceSelector
-	if req.Model != "" {
+	if model != "" {
 		selectors = append(selectors, celSelector(fmt.Sprintf("device.attributes[%s].%s == %s",
-			celString(o.driverName), deviceschema.AttrModel, celString(req.Model))))
+			celString(o.driverName), deviceschema.AttrModel, celString(model))))
 	}
-	if req.Memory != nil {
+	if memory != nil {
 		selectors = append(selectors, celSelector(fmt.Sprintf("device.capacity[%s].%s.compareTo(quantity(%s)) >= 0",
-			celString(o.driverName), deviceschema.CapMemory, celString(req.Memory.String()))))
+			celString(o.driverName), deviceschema.CapMemory, celString(memory.String()))))
 	}
+	return selectors
+}
+
+// managedTemplate is the template of these requests for count GPUs in all. Its name is derived
+// from its spec alone, so every pod asking the same thing in a namespace shares one template and a
+// changed request never reuses a template made for another.
+func (o options) managedTemplate(namespace string, count int, requests []resourceapi.DeviceRequest) (*resourceapi.ResourceClaimTemplate, error) {
 	spec := resourceapi.ResourceClaimTemplateSpec{
 		Spec: resourceapi.ResourceClaimSpec{
-			Devices: resourceapi.DeviceClaim{
-				Requests: []resourceapi.DeviceRequest{{
-					Name: RequestName,
-					Exactly: &resourceapi.ExactDeviceRequest{
-						DeviceClassName: o.driverName,
-						Selectors:       selectors,
-						AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-						Count:           int64(req.Count),
-					},
-				}},
-			},
+			Devices: resourceapi.DeviceClaim{Requests: requests},
 		},
 	}
 	// encoding/json writes struct fields in declaration order and map keys sorted, so the same
@@ -57,11 +78,11 @@ func (o options) template(namespace string, req Request) (*resourceapi.ResourceC
 	sum := sha256.Sum256(canonical)
 	return &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s-%d-%s", ClaimName, req.Count, hex.EncodeToString(sum[:])[:hashLength]),
+			Name:      fmt.Sprintf("%s-%d-%s", ClaimName, count, hex.EncodeToString(sum[:])[:hashLength]),
 			Namespace: namespace,
 			Labels: map[string]string{
 				ManagedByLabel:         ManagedBy,
-				o.annotation(annCount): strconv.Itoa(req.Count),
+				o.annotation(annCount): strconv.Itoa(count),
 			},
 		},
 		Spec: spec,

@@ -32,7 +32,13 @@ func device(driver, model, memory string) dracel.Device {
 // whether all of them select the device, as the allocator would.
 func selects(t testing.TB, tmpl *resourceapi.ResourceClaimTemplate, dev dracel.Device) bool {
 	t.Helper()
-	for _, s := range tmpl.Spec.Spec.Devices.Requests[0].Exactly.Selectors {
+	return selectorsMatch(t, tmpl.Spec.Spec.Devices.Requests[0].Exactly.Selectors, dev)
+}
+
+// selectorsMatch compiles each selector as the scheduler does and runs it on dev.
+func selectorsMatch(t testing.TB, selectors []resourceapi.DeviceSelector, dev dracel.Device) bool {
+	t.Helper()
+	for _, s := range selectors {
 		result := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(s.CEL.Expression, dracel.Options{})
 		if result.Error != nil {
 			t.Fatalf("selector %q does not compile: %v", s.CEL.Expression, result.Error)

@@ -4,10 +4,14 @@
 package server
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/flagalias"
@@ -42,6 +46,14 @@ type Options struct {
 	ExcludedNamespaces []string
 	// MaxTemplatesPerNamespace bounds the managed templates pod injection creates in a namespace.
 	MaxTemplatesPerNamespace int
+
+	// DeviceClasses are the chart's classes (default: one named DriverName); the first serves
+	// the pod annotations.
+	DeviceClasses []podinject.DeviceClass
+	// Namespace is the webhook's own, where it probes what the API server serves with dry-run
+	// objects (no webhook of the chart judges the release namespace; elsewhere the probes only
+	// draw a warning of the webhook's own).
+	Namespace string
 }
 
 // NewOptions returns the chart's defaults.
@@ -56,6 +68,7 @@ func NewOptions() *Options {
 		MetricsBindAddress:       ":8080",
 		Timeouts:                 DefaultTimeouts(),
 		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
+		Namespace:                cmp.Or(os.Getenv("POD_NAMESPACE"), "default"),
 	}
 }
 
@@ -81,6 +94,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.IntVar(&o.MaxTemplatesPerNamespace, "max-templates-per-namespace", o.MaxTemplatesPerNamespace, "most managed ResourceClaimTemplates pod injection creates in one namespace (one per distinct count, model and memory asked for); a pod needing one more is denied")
+	fs.Func("device-class", "a DeviceClass of the chart as NAME or NAME=EXTENDED_RESOURCE_NAME (its spec.extendedResourceName); repeat for each, the first serves the pod annotations (default: --driver-name, no extended resource name)", func(s string) error {
+		name, resource, _ := strings.Cut(s, "=")
+		o.DeviceClasses = append(o.DeviceClasses, podinject.DeviceClass{Name: name, ExtendedResourceName: corev1.ResourceName(resource)})
+		return nil
+	})
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the webhook's namespace, where it probes what the API server serves with dry-run requests ($POD_NAMESPACE when set)")
 	fs.Func("deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(s string) error {
 		rules, err := claimvalidation.ParseRules(s)
 		if err != nil {
@@ -111,6 +130,13 @@ func (o *Options) Validate() error {
 	}
 	if o.Port <= 0 || o.Port > 65535 {
 		return fmt.Errorf("--port: %d is not a port; use 1..65535, e.g. 9443", o.Port)
+	}
+	for _, c := range o.DeviceClasses {
+		if c.ExtendedResourceName != "" {
+			if err := podinject.ValidateExtendedResourceName(c.ExtendedResourceName); err != nil {
+				return fmt.Errorf("--device-class=%s=%s: %w", c.Name, c.ExtendedResourceName, err)
+			}
+		}
 	}
 	return nil
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -19,6 +21,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
@@ -60,7 +63,9 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 //   - resource.k8s.io resourceslices, deviceclasses: list, watch (every served version)
 //   - "" nodes: list, watch
 //   - resource.k8s.io resourceclaimtemplates: get, list, watch, create (managed templates of
-//     annotated pods; watched to count them per namespace and check their specs)
+//     annotated pods, watched to count them per namespace and check their specs; dry-run probes
+//     of what the API server serves in o.Namespace)
+//   - "" namespaces: get (the admin-access label)
 func Setup(mgr manager.Manager, o *Options) error {
 	invCfg, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
@@ -70,16 +75,35 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("create clientset: %w", err)
 	}
+	// A device plugin's resource of the same name as a class's: kept of each Node, so that a pod
+	// is never given GPUs twice.
+	var advertised []corev1.ResourceName
+	for _, c := range o.DeviceClasses {
+		if c.ExtendedResourceName != "" {
+			advertised = append(advertised, c.ExtendedResourceName)
+		}
+	}
 	var validator *claimvalidation.Validator
-	informers := published.NewInformers(cs, o.Resync, func() { validator.Invalidate() })
+	informers := published.NewInformers(cs, o.Resync, func() { validator.Invalidate() }, advertised...)
 	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers)
+	features := servedfeatures.New(cs, o.Namespace,
+		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
+		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
+		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		informers.Start(ctx)
+		// Find out what the API server serves now rather than at the first request that needs it,
+		// and say so in the log once.
+		features.Warm(ctx)
+		if cache.WaitForCacheSync(ctx.Done(), informers.HasSynced) {
+			features.ExtendedResources(ctx, informers.DeviceClasses())
+		}
 		<-ctx.Done()
 		return nil
 	})); err != nil {
 		return fmt.Errorf("add informers: %w", err)
 	}
+	c := &cluster{informers: informers, features: features, cs: cs}
 
 	templates := podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -93,6 +117,8 @@ func Setup(mgr manager.Manager, o *Options) error {
 		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
 		podinject.WithValidator(validator),
 		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
+		podinject.WithDeviceClasses(o.DeviceClasses...),
+		podinject.WithCluster(c),
 	)
 	if err != nil {
 		return fmt.Errorf("pod injection: %w", err)
@@ -100,6 +126,7 @@ func Setup(mgr manager.Manager, o *Options) error {
 	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
 	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
+	srv.Register(claimvalidation.AdminAccessPath, &admission.Webhook{Handler: &claimvalidation.AdminAccessHandler{Support: c, Namespaces: c}})
 	srv.Register(podinject.Path, injector)
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -17,12 +17,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
 func TestFlags(t *testing.T) {
@@ -185,4 +187,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestDeviceClassFlag: the chart passes one --device-class per class; a bad extended resource name
+// stops the binary before it serves.
+func TestDeviceClassFlag(t *testing.T) {
+	o := NewOptions()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--device-class=gpu.example.com=gpu.example.com/gpu", "--device-class=gpu-timesliced.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []podinject.DeviceClass{{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"}, {Name: "gpu-timesliced.example.com"}}
+	if !reflect.DeepEqual(o.DeviceClasses, want) {
+		t.Errorf("classes = %+v, want %+v", o.DeviceClasses, want)
+	}
+	if err := o.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	o.DeviceClasses = append(o.DeviceClasses, podinject.DeviceClass{Name: "bad", ExtendedResourceName: "kubernetes.io/gpu"})
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--device-class=bad=kubernetes.io/gpu") {
+		t.Errorf("Validate = %v, want the bad flag named", err)
+	}
 }

@@ -78,9 +78,71 @@ cluster serves. Every object is written so that it means the same in each versio
 {{- end }}
 {{- end }}
 
-{{/* The CEL expression that matches this driver's devices; used by the DeviceClass. */}}
+{{/* The CEL expression that matches this driver's devices; used by every DeviceClass. */}}
 {{- define "gpu-dra.deviceSelector" -}}
 device.driver == {{ .Values.driverName | quote }}
+{{- end }}
+
+{{/*
+deviceClasses resolved, as a JSON list of {name, extendedResourceName, selectors, config}: "" names
+become driverName, an omitted extendedResourceName becomes <name>/gpu ("" for none). The schema
+checks each entry; what it cannot express (names unique after defaulting, defaulted extended
+resource names valid) fails the render here. Use: include "gpu-dra.deviceClasses" . | fromJsonArray
+*/}}
+{{- define "gpu-dra.deviceClasses" -}}
+{{- $root := . -}}
+{{- $classes := list -}}
+{{- $names := dict -}}
+{{- $resources := dict -}}
+{{- range $i, $c := .Values.deviceClasses -}}
+{{- $c = $c | default dict -}}
+{{- $name := $c.name | default $root.Values.driverName -}}
+{{- if hasKey $names $name -}}
+{{- fail (printf `deviceClasses[%d].name: DeviceClass %q is also deviceClasses[%v]; give each class its own name ("" stands for driverName)` $i $name (get $names $name)) -}}
+{{- end -}}
+{{- $_ := set $names $name $i -}}
+{{- $resource := printf "%s/gpu" $name -}}
+{{- if hasKey $c "extendedResourceName" }}{{ $resource = $c.extendedResourceName | default "" }}{{ end -}}
+{{- if $resource -}}
+{{- $domain := dir $resource -}}
+{{- if or (not (regexMatch `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$` $resource)) (gt (len (base $resource)) 63) (gt (len $domain) 244) (contains "kubernetes.io" $domain) -}}
+{{- fail (printf `deviceClasses[%d].extendedResourceName: %q is not an extended resource name (a DNS domain outside kubernetes.io, /, a name of at most 63 characters, e.g. example.com/gpu); set one, or "" for none` $i $resource) -}}
+{{- end -}}
+{{- if hasKey $resources $resource -}}
+{{- fail (printf "deviceClasses[%d].extendedResourceName: %q is also the extended resource of deviceClasses[%v]; a name can select one class only" $i $resource (get $resources $resource)) -}}
+{{- end -}}
+{{- $_ := set $resources $resource $i -}}
+{{- end -}}
+{{- $classes = append $classes (dict "name" $name "extendedResourceName" $resource "selectors" ($c.selectors | default list) "config" ($c.config | default list)) -}}
+{{- end -}}
+{{- if not $classes -}}
+{{- fail `deviceClasses: empty; the chart needs at least one DeviceClass (the pod annotations use the first), e.g. deviceClasses: [{name: ""}]` -}}
+{{- end -}}
+{{- toJson $classes -}}
+{{- end }}
+
+{{/*
+Resource names pods may list in resources.limits to get GPUs: each class's extendedResourceName and
+its implicit deviceclass.resource.kubernetes.io/<class>. As a CEL list literal.
+*/}}
+{{- define "gpu-dra.extendedResourceNames" -}}
+{{- $names := list -}}
+{{- range include "gpu-dra.deviceClasses" . | fromJsonArray -}}
+{{- if .extendedResourceName }}{{ $names = append $names (printf "'%s'" .extendedResourceName) }}{{ end -}}
+{{- $names = append $names (printf "'deviceclass.resource.kubernetes.io/%s'" .name) -}}
+{{- end -}}
+[{{ join ", " $names }}]
+{{- end }}
+
+{{/*
+Whether the cluster's resource.k8s.io schema has DeviceClass spec.extendedResourceName: every
+version of it has since 1.34, the release that also serves resource.k8s.io/v1. Whether the API
+server keeps the field is a feature gate no render can see; the webhook finds out by reading the
+stored class back. On 1.32/1.33 the field must not be sent at all: helm installs server-side, and
+server-side apply refuses fields the schema does not declare.
+*/}}
+{{- define "gpu-dra.hasExtendedResourceName" -}}
+{{- if or (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (eq (include "gpu-dra.resourceApiVersion" .) "resource.k8s.io/v1") }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -117,36 +179,44 @@ clientConfig:
 
 {{/*
 CEL over a ResourceClaim or ResourceClaimTemplate in any resource.k8s.io version: true when it is
-this driver's business. A request or subrequest names this chart's DeviceClass (v1beta1 requests
-carry deviceClassName themselves, v1beta2/v1 under exactly or firstAvailable[]) or has a selector
-that mentions the driver (its attribute domain, or device.driver), or the claim carries opaque
-config for the driver. A template's claim spec is spec.spec, a claim's is spec.
+this driver's business. A request or subrequest names one of this chart's DeviceClasses (v1beta1
+requests carry deviceClassName themselves, v1beta2/v1 under exactly or firstAvailable[]) or has a
+selector that mentions the driver (its attribute domain, or device.driver), or the claim carries
+opaque config for the driver. A template's claim spec is spec.spec, a claim's is spec.
 */}}
 {{- define "gpu-dra.claimIsForDriver" -}}
 {{- $spec := "object.spec.?spec.orValue(object.spec)" -}}
 {{- $driver := printf "'%s'" .Values.driverName -}}
+{{- $classes := list -}}
+{{- range include "gpu-dra.deviceClasses" . | fromJsonArray }}{{ $classes = append $classes (printf "'%s'" .name) }}{{ end -}}
 {{ $spec }}.?devices.?requests.orValue([]).exists(r,
   ([r, r.?exactly.orValue({})] + r.?firstAvailable.orValue([])).exists(x,
-    x.?deviceClassName.orValue('') in [{{ $driver }}] ||
+    x.?deviceClassName.orValue('') in [{{ join ", " $classes }}] ||
     x.?selectors.orValue([]).exists(s, s.?cel.?expression.orValue('').contains({{ $driver }})))) ||
 {{ $spec }}.?devices.?config.orValue([]).exists(c, c.?opaque.?driver.orValue('') == {{ $driver }})
 {{- end }}
 
 {{/*
-matchCondition shared by both claim webhooks: claims the resourceclaim controller creates for pods
-from a ResourceClaimTemplate are copies of a template already judged when it was created, so they
-never wait on this webhook (kube-controller-manager's identity with and without
---use-service-account-credentials).
+matchConditions shared by every claim webhook entry. Claims the resourceclaim controller creates
+for pods from a ResourceClaimTemplate are copies of a template already judged when it was created,
+so they never wait on this webhook (kube-controller-manager's identity with and without
+--use-service-account-credentials). Nor do the claims the scheduler creates for a pod's extended
+resources (KEP-5004, annotated resource.kubernetes.io/extended-resource-claim: "true"): they come
+from a DeviceClass and a count, in the scheduler's binding step, where a webhook outage would hold
+the pod; they are recognized by the annotation because the scheduler's identity differs between
+clusters (and an annotation a user copies onto a claim skips only these checks, no authorization).
 */}}
 {{- define "gpu-dra.notGeneratedClaim" -}}
 - name: not-generated-from-a-template
   expression: "!(request.userInfo.username in ['system:serviceaccount:kube-system:resource-claim-controller', 'system:kube-controller-manager'])"
+- name: not-generated-for-extended-resources
+  expression: "!(has(object.metadata.annotations) && object.metadata.annotations[?'resource.kubernetes.io/extended-resource-claim'].orValue('') == 'true')"
 {{- end }}
 
-{{/* What both claim webhook entries share. */}}
+{{/* What the claim webhook entries share: include "gpu-dra.claimWebhook" (dict "root" . "path" "/validate-resource-claim") */}}
 {{- define "gpu-dra.claimWebhook" -}}
 admissionReviewVersions: [v1]
-{{ include "gpu-dra.webhookClientConfig" (dict "root" . "path" "/validate-resource-claim") }}
+{{ include "gpu-dra.webhookClientConfig" . }}
 rules:
   - apiGroups: [resource.k8s.io]
     apiVersions: [v1, v1beta1, v1beta2]
@@ -160,7 +230,7 @@ rules:
 # Versions not listed above reach the webhook converted to one that is.
 matchPolicy: Equivalent
 sideEffects: None
-{{ include "gpu-dra.webhookNamespaceSelector" . }}
+{{ include "gpu-dra.webhookNamespaceSelector" .root }}
 {{- end }}
 
 {{/* Tolerations of the plugin (and the cleanup hook, which may have only GPU nodes to run on). */}}

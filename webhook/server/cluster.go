@@ -1,0 +1,74 @@
+package server
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
+	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/webhook/podinject"
+)
+
+// cluster answers the handlers' questions about the cluster from the inventory informers and the
+// feature probes.
+type cluster struct {
+	informers *published.Informers
+	features  *servedfeatures.Detector
+	cs        kubernetes.Interface
+}
+
+var (
+	_ podinject.Cluster                  = &cluster{}
+	_ claimvalidation.AdminAccessSupport = &cluster{}
+	_ claimvalidation.NamespaceLabels    = &cluster{}
+)
+
+// ServesExtendedResource: the API server keeps DeviceClass extendedResourceName (read back from
+// the stored classes), and for an explicit name the stored class has it (a class just upgraded by
+// helm may not yet). The scheduler's gate cannot be seen from the API; it is assumed to match the
+// API server's, as it does with every release's defaults.
+func (c *cluster) ServesExtendedResource(ctx context.Context, name corev1.ResourceName, class string) bool {
+	if !c.informers.HasSynced() {
+		return false
+	}
+	classes := c.informers.DeviceClasses()
+	if !c.features.ExtendedResources(ctx, classes) {
+		return false
+	}
+	if strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix) {
+		return true
+	}
+	for _, dc := range classes {
+		if dc.Name == class {
+			return ptr.Deref(dc.Spec.ExtendedResourceName, "") == string(name)
+		}
+	}
+	return false
+}
+
+func (c *cluster) DevicePluginNode(name corev1.ResourceName) string {
+	return c.informers.NodeAdvertising(name)
+}
+
+func (c *cluster) ServesPrioritizedList(ctx context.Context) (bool, error) {
+	return c.features.PrioritizedList(ctx)
+}
+
+func (c *cluster) AdminAccess(ctx context.Context) (servedfeatures.AdminAccessSupport, error) {
+	return c.features.AdminAccess(ctx)
+}
+
+func (c *cluster) NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error) {
+	ns, err := c.cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return ns.Labels, nil
+}
