@@ -37,7 +37,9 @@ func TestInventorySharing(t *testing.T) {
 	}
 
 	for set, want := range map[string]string{
-		"inventory.nodeGroups[0].sharing.mode=partitioned": "value must be one of 'exclusive', 'shared-memory'",
+		"inventory.nodeGroups[0].sharing.mode=timesliced":  "value must be one of 'exclusive', 'shared-memory', 'partitioned'",
+		"inventory.nodeGroups[0].sharing.mode=partitioned": "/inventory/nodeGroups/0/sharing",
+		"inventory.defaults.sharing.partitions=17":         "/inventory/defaults/sharing/partitions",
 		"inventory.nodeGroups[0].sharing.memory.minimum=1": "additional properties 'minimum' not allowed",
 		"inventory.defaults.sharing.compute.step=one":      "/inventory/defaults/sharing/compute/step",
 		"inventory.nodeGroups[0].sharing.memory.max=-4Gi":  "/inventory/nodeGroups/0/sharing/memory/max",
@@ -46,5 +48,45 @@ func TestInventorySharing(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: %v, want the schema to refuse it with %q", set, err, want)
 		}
+	}
+}
+
+// TestInventoryPartitioned: a partitioned node group renders into the inventory and reads back
+// with its partitions; NOTES.txt says what sharing needs of the cluster, and only when a group
+// asks for it.
+func TestInventoryPartitioned(t *testing.T) {
+	caps := capabilities(t, clusters[2])
+	r := mustRender(t, caps, values(t,
+		"inventory.nodeGroups[0].name=parts",
+		"inventory.nodeGroups[0].nodeSelector.pool=parts",
+		"inventory.nodeGroups[0].sharing.mode=partitioned",
+		"inventory.nodeGroups[0].sharing.partitions=4",
+		"inventory.defaults.sharing.mode=shared-memory",
+	))
+	var file string
+	for _, m := range r.Manifests {
+		if data, ok := m.Obj["data"].(map[string]any); ok && m.kind() == "ConfigMap" {
+			file, _ = data["inventory.yaml"].(string)
+		}
+	}
+	cfg, err := nodegroups.ParseConfig([]byte(file))
+	if err != nil {
+		t.Fatalf("rendered inventory: %v\n%s", err, file)
+	}
+	if group, spec := cfg.GroupFor(map[string]string{"pool": "parts"}); group != "parts" || spec.ModeOf() != nodegroups.Partitioned || spec.Sharing.Partitions != 4 {
+		t.Errorf("read back group %s: %+v\n%s", group, spec.Sharing, file)
+	}
+	for _, want := range []string{
+		"Sharing: defaults (shared-memory), node group parts (partitioned) ask for shared GPUs.",
+		"DRAConsumableCapacity", "DRAPartitionableDevices", "Kubernetes 1.36",
+		`"Node group sharing falls back to exclusive" once per group`,
+	} {
+		if !strings.Contains(r.Notes, want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", want, r.Notes)
+		}
+	}
+	plain := mustRender(t, caps, values(t, "inventory.nodeGroups[0].name=a", "inventory.nodeGroups[0].sharing.mode=exclusive"))
+	if strings.Contains(plain.Notes, "Sharing:") {
+		t.Errorf("NOTES.txt speaks of sharing without a sharing group:\n%s", plain.Notes)
 	}
 }
