@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -32,21 +31,8 @@ var partitionName = regexp.MustCompile(`^gpu-([0-9]+)-partition-([0-9]+)$`)
 func TestPartitionableDevices(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
-	installed := false
-	t.Cleanup(func() {
-		if !installed {
-			return
-		}
-		if t.Failed() {
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=60", "--all-containers")
-			t.Logf("plugin logs:\n%s", logs)
-		}
-		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
-	})
-	installed = true
-	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), filepath.Join("testdata", "seed", seedTemplate(version)),
-		"--set", "inventory.nodeGroups[0].name=partitioned", "--set", "inventory.nodeGroups[0].count=2",
-		"--set", "inventory.nodeGroups[0].sharing.mode=partitioned", "--set", "inventory.nodeGroups[0].sharing.partitions=4")
+	installSharing(t, c, version, "inventory.nodeGroups[0].name=partitioned", "inventory.nodeGroups[0].count=2",
+		"inventory.nodeGroups[0].sharing.mode=partitioned", "inventory.nodeGroups[0].sharing.partitions=4")
 
 	kept := partitionableKept(t, c)
 	t.Logf("resource.k8s.io/%s; the API server keeps partitionable devices: %v", version, kept)
@@ -205,22 +191,7 @@ spec:
 	}
 
 	t.Run("plugin log", func(t *testing.T) {
-		count := func() int {
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
-			return strings.Count(logs, sharingFallbackLine)
-		}
-		want := 0
-		if !kept {
-			want = 1
-			framework.Eventually(t, 30*time.Second, "the plugin's fallback line", func() (bool, error) { return count() > 0, nil })
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
-			if !strings.Contains(logs, `group="partitioned" want="partitioned" reason="API server drops sharedCounters (DRAPartitionableDevices off)"`) {
-				t.Errorf("fallback line without group, want and reason:\n%s", logs)
-			}
-		}
-		if n := count(); n != want {
-			t.Errorf("the plugin logged %q %d times, want %d", sharingFallbackLine, n, want)
-		}
+		checkFallbackLine(t, c, kept, `group="partitioned" want="partitioned" reason="API server drops sharedCounters (DRAPartitionableDevices off)"`)
 	})
 }
 

@@ -20,16 +20,7 @@ func TestInventorySharing(t *testing.T) {
 		"inventory.nodeGroups[0].sharing.compute.min=10",
 		"inventory.nodeGroups[0].sharing.compute.step=5",
 	))
-	var file string
-	for _, m := range r.Manifests {
-		if data, ok := m.Obj["data"].(map[string]any); ok && m.kind() == "ConfigMap" {
-			file, _ = data["inventory.yaml"].(string)
-		}
-	}
-	cfg, err := nodegroups.ParseConfig([]byte(file))
-	if err != nil {
-		t.Fatalf("rendered inventory: %v\n%s", err, file)
-	}
+	cfg, file := renderedInventory(t, r)
 	_, spec := cfg.GroupFor(nil)
 	mem, comp := spec.Sharing.MemoryPolicy(), spec.Sharing.ComputePolicy()
 	if spec.ModeOf() != nodegroups.SharedMemory || mem.Min.String() != "2Gi" || mem.Step.String() != "2Gi" || comp.Min.String() != "10" || comp.Step.String() != "5" {
@@ -63,16 +54,7 @@ func TestInventoryPartitioned(t *testing.T) {
 		"inventory.nodeGroups[0].sharing.partitions=4",
 		"inventory.defaults.sharing.mode=shared-memory",
 	))
-	var file string
-	for _, m := range r.Manifests {
-		if data, ok := m.Obj["data"].(map[string]any); ok && m.kind() == "ConfigMap" {
-			file, _ = data["inventory.yaml"].(string)
-		}
-	}
-	cfg, err := nodegroups.ParseConfig([]byte(file))
-	if err != nil {
-		t.Fatalf("rendered inventory: %v\n%s", err, file)
-	}
+	cfg, file := renderedInventory(t, r)
 	if group, spec := cfg.GroupFor(map[string]string{"pool": "parts"}); group != "parts" || spec.ModeOf() != nodegroups.Partitioned || spec.Sharing.Partitions != 4 {
 		t.Errorf("read back group %s: %+v\n%s", group, spec.Sharing, file)
 	}
@@ -89,4 +71,20 @@ func TestInventoryPartitioned(t *testing.T) {
 	if strings.Contains(plain.Notes, "Sharing:") {
 		t.Errorf("NOTES.txt speaks of sharing without a sharing group:\n%s", plain.Notes)
 	}
+}
+
+// renderedInventory is the inventory file the chart renders for the plugin and webhook, read back.
+func renderedInventory(t *testing.T, r rendered) (*nodegroups.Config, string) {
+	t.Helper()
+	var file string
+	for _, m := range r.Manifests {
+		if data, ok := m.Obj["data"].(map[string]any); ok && m.kind() == "ConfigMap" {
+			file, _ = data["inventory.yaml"].(string)
+		}
+	}
+	cfg, err := nodegroups.ParseConfig([]byte(file))
+	if err != nil {
+		t.Fatalf("rendered inventory: %v\n%s", err, file)
+	}
+	return cfg, file
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
@@ -125,27 +126,7 @@ func TestPartitions(t *testing.T) {
 // TestPartitionsFallBack: where the API server drops partitionable devices (1.34 by default),
 // the same inventory publishes whole GPUs and says why, once.
 func TestPartitionsFallBack(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := newCluster(t, v1Only, nil)
-	inv := c.inventory(t, partitionedInventory)
-	p := c.startPlugin(t, "", inv, "--node-groups-poll-interval=200ms")
-	k := p.register(ctx, false)
-	devices := waitForSlices(t, ctx, c, "v1", 8)
-	checkSeedDevices(t, c.node, devices)
-	for _, d := range devices {
-		if len(d.ConsumesCounters) > 0 || len(d.Capacity) != 1 {
-			t.Errorf("%s published as a partition where the API server drops it: %+v", d.Name, d)
-		}
-	}
-	if _, err := k.prepare(ctx, c.allocatedClaim(t, ctx, "whole", []string{"gpu-0"})); err != nil {
-		t.Fatal(err)
-	}
-	c.inventory(t, "defaults: {count: 4, sharing: {mode: partitioned, partitions: 2}}\n")
-	waitForSlices(t, ctx, c, "v1", 4)
-	logs, _ := os.ReadFile(p.log)
-	want := `group="defaults" want="partitioned" reason="API server drops sharedCounters (DRAPartitionableDevices off)"`
-	if n := strings.Count(string(logs), fallbackLine); n != 1 || !strings.Contains(string(logs), want) {
-		t.Errorf("the plugin logged %q %d times, want once as %s:\n%s", fallbackLine, n, want, tail(string(logs), 30))
-	}
+	checkFallBack(t, partitionedInventory, "defaults: {count: 4, sharing: {mode: partitioned, partitions: 2}}\n",
+		`group="defaults" want="partitioned" reason="API server drops sharedCounters (DRAPartitionableDevices off)"`,
+		func(d resourceapi.Device) bool { return len(d.ConsumesCounters) == 0 && len(d.Capacity) == 1 })
 }

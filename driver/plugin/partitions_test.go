@@ -1,12 +1,10 @@
 package plugin
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
@@ -105,30 +103,7 @@ func TestPartitionsRecoverFromSpecs(t *testing.T) {
 	h := newPartitionedHarness(t)
 	a := claim("uid-a", "a", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-3-partition-0")})
 	b := claim("uid-b", "b", []resourceapi.DeviceRequestAllocationResult{result("gpu", "gpu-4-full")})
-	if _, err := h.driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{a, b}); err != nil {
-		t.Fatal(err)
-	}
-	before, err := h.driver.PreparedClaims()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(h.store.Path(), []byte("{garbage"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := h.restart(t)
-	if err := r.driver.SetDevices(ctx, simulated.New(testNode, partitionedSpec)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.driver.Reconcile(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	after, err := r.driver.PreparedClaims()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !apiequality.Semantic.DeepEqual(after, before) {
-		t.Errorf("rebuilt %+v\nwant %+v", after, before)
-	}
+	r, after := rebuildFromSpecs(t, h, partitionedSpec, a, b)
 	if d := after[a.UID].Devices[0]; d.Device != "gpu-3-partition-0" || d.Index != 3 || !d.Capacity["memory"].Equal(resource.MustParse("20Gi")) {
 		t.Errorf("rebuilt partition of a: %+v", d)
 	}
