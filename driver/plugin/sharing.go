@@ -166,6 +166,7 @@ func (g *SharingGate) probe(ctx context.Context, mode nodegroups.SharingMode) (s
 	layout, reason, err := g.Partitionable(ctx)
 	if err == nil && reason == "" {
 		g.layout = layout
+		klog.FromContext(ctx).Info("API server keeps partitionable devices", "layout", layout)
 	}
 	return reason, err
 }
