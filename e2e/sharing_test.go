@@ -31,22 +31,7 @@ const sharingFallbackLine = "Node group sharing falls back to exclusive"
 func TestSharedMemory(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
-	installed := false
-	t.Cleanup(func() {
-		if !installed {
-			return
-		}
-		if t.Failed() {
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=60", "--all-containers")
-			t.Logf("plugin logs:\n%s", logs)
-		}
-		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
-	})
-	installed = true
-	start := time.Now()
-	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), filepath.Join("testdata", "seed", seedTemplate(version)),
-		"--set", "inventory.nodeGroups[0].name=shared", "--set", "inventory.nodeGroups[0].sharing.mode=shared-memory")
-	t.Logf("installed in %s", time.Since(start).Round(time.Second))
+	installSharing(t, c, version, "inventory.nodeGroups[0].name=shared", "inventory.nodeGroups[0].sharing.mode=shared-memory")
 
 	kept := consumableCapacityKept(t, c)
 	t.Logf("resource.k8s.io/%s; the API server keeps consumable capacity: %v", version, kept)
@@ -155,23 +140,50 @@ func TestSharedMemory(t *testing.T) {
 	})
 
 	t.Run("plugin log", func(t *testing.T) {
-		count := func() int {
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
-			return strings.Count(logs, sharingFallbackLine)
-		}
-		want := 0
-		if !kept {
-			want = 1
-			framework.Eventually(t, 30*time.Second, "the plugin's fallback line", func() (bool, error) { return count() > 0, nil })
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
-			if !strings.Contains(logs, `group="shared" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`) {
-				t.Errorf("fallback line without group, want and reason:\n%s", logs)
-			}
-		}
-		if n := count(); n != want {
-			t.Errorf("the plugin logged %q %d times, want %d", sharingFallbackLine, n, want)
-		}
+		checkFallbackLine(t, c, kept, `group="shared" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`)
 	})
+}
+
+// installSharing installs the chart with the given --set values for the test, and uninstalls it
+// after, showing the plugin's log if the test failed.
+func installSharing(t *testing.T, c *framework.Cluster, version string, sets ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=60", "--all-containers")
+			t.Logf("plugin logs:\n%s", logs)
+		}
+		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
+	})
+	args := make([]string, 0, 2*len(sets))
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	start := time.Now()
+	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), filepath.Join("testdata", "seed", seedTemplate(version)), args...)
+	t.Logf("installed in %s", time.Since(start).Round(time.Second))
+}
+
+// checkFallbackLine: the plugin logged the sharing fallback line exactly once, as want, where the
+// API server does not keep the mode's fields, and never where it does.
+func checkFallbackLine(t *testing.T, c *framework.Cluster, kept bool, want string) {
+	t.Helper()
+	count := func() int {
+		logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
+		return strings.Count(logs, sharingFallbackLine)
+	}
+	wantLines := 0
+	if !kept {
+		wantLines = 1
+		framework.Eventually(t, 30*time.Second, "the plugin's fallback line", func() (bool, error) { return count() > 0, nil })
+		logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
+		if !strings.Contains(logs, want) {
+			t.Errorf("fallback line without group, want and reason:\n%s", logs)
+		}
+	}
+	if n := count(); n != wantLines {
+		t.Errorf("the plugin logged %q %d times, want %d", sharingFallbackLine, n, wantLines)
+	}
 }
 
 // consumableCapacityKept: a dry-run create of a slice with a shared device keeps

@@ -196,17 +196,30 @@ func TestShares(t *testing.T) {
 // TestSharesFallBack: where the API server drops consumable capacity (1.34 by default), the same
 // inventory publishes exclusive GPUs and says why, once.
 func TestSharesFallBack(t *testing.T) {
+	checkFallBack(t, sharedInventory, "defaults: {count: 4, sharing: {mode: shared-memory}}\n",
+		`group="defaults" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`,
+		func(d resourceapi.Device) bool {
+			return d.AllowMultipleAllocations == nil && len(d.Capacity) == 1 && d.Capacity["memory"].RequestPolicy == nil
+		})
+}
+
+// checkFallBack runs the plugin with a sharing inventory against a 1.34 API server with its
+// defaults: the seed's whole GPUs are published (each exclusive by its own judgement), a whole
+// device is prepared, a change of the inventory to changed re-publishes, and the fallback line is
+// logged once, as want.
+func checkFallBack(t *testing.T, inventory, changed, want string, exclusive func(resourceapi.Device) bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := newCluster(t, v1Only, nil)
-	inv := c.inventory(t, sharedInventory)
+	inv := c.inventory(t, inventory)
 	p := c.startPlugin(t, "", inv, "--node-groups-poll-interval=200ms")
 	k := p.register(ctx, false)
 	devices := waitForSlices(t, ctx, c, "v1", 8)
 	checkSeedDevices(t, c.node, devices)
 	for _, d := range devices {
-		if d.AllowMultipleAllocations != nil || len(d.Capacity) != 1 || d.Capacity["memory"].RequestPolicy != nil {
-			t.Errorf("%s published as shared where the API server drops it: %+v", d.Name, d)
+		if !exclusive(d) {
+			t.Errorf("%s published shared where the API server drops it: %+v", d.Name, d)
 		}
 	}
 	// Whole devices work as always.
@@ -214,10 +227,9 @@ func TestSharesFallBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A change of the inventory file re-publishes without saying it again.
-	c.inventory(t, "defaults: {count: 4, sharing: {mode: shared-memory}}\n")
+	c.inventory(t, changed)
 	waitForSlices(t, ctx, c, "v1", 4)
 	logs, _ := os.ReadFile(p.log)
-	want := `group="defaults" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`
 	if n := strings.Count(string(logs), fallbackLine); n != 1 || !strings.Contains(string(logs), want) {
 		t.Errorf("the plugin logged %q %d times, want once as %s:\n%s", fallbackLine, n, want, tail(string(logs), 30))
 	}

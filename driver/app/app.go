@@ -118,9 +118,14 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 	}
 	group, spec := groups.GroupFor(node.Labels)
 	logger.Info("Inventory", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
-	p.sharing = &plugin.SharingGate{Probe: func(ctx context.Context) (string, error) {
-		return plugin.ProbeConsumableCapacity(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
-	}}
+	p.sharing = &plugin.SharingGate{
+		ConsumableCapacity: func(ctx context.Context) (string, error) {
+			return plugin.ProbeConsumableCapacity(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
+		},
+		Partitionable: func(ctx context.Context) (plugin.CounterLayout, string, error) {
+			return plugin.ProbePartitionable(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
+		},
+	}
 	source := simulated.New(p.o.NodeName, p.sharing.Effective(ctx, group, spec))
 	if err := p.newDriver(ctx, source, fail); err != nil {
 		return err
@@ -248,7 +253,7 @@ func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source pl
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	p.helper = helper
-	resources, err := plugin.Resources(ctx, p.o.NodeName, source)
+	resources, err := plugin.Resources(ctx, p.o.NodeName, source, p.sharing.Layout())
 	if err != nil {
 		return err
 	}

@@ -118,7 +118,7 @@ func (w *Writer) specName(claimUID types.UID) string {
 const EnvAdminAccess = "DRA_ADMIN_ACCESS"
 
 // Spec builds the spec of a claim: one CDI device per allocated device, each setting
-// GPU_DEVICE_<index>, its claim and sharing variables, and DRA_ADMIN_ACCESS.
+// GPU_DEVICE_<id> (deviceschema.EnvID), its claim and sharing variables, and DRA_ADMIN_ACCESS.
 func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 	entry, err := checkpoint.EncodeClaim(claim)
 	if err != nil {
@@ -135,7 +135,7 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 	}
 	adminAccess := EnvAdminAccess + "=" + strconv.FormatBool(claim.AdminAccess())
 	for _, d := range claim.Devices {
-		prefix := fmt.Sprintf("GPU_DEVICE_%d", d.Index)
+		prefix := "GPU_DEVICE_" + deviceschema.EnvID(d.Device, d.Index)
 		env := []string{
 			prefix + "=" + d.Device,
 			prefix + "_RESOURCE_CLAIM=" + string(claim.UID),
@@ -148,11 +148,16 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 			env = append(env, fmt.Sprintf("%s_PARTITION_COUNT=%d", prefix, d.Sharing.PartitionCount))
 		}
 		// A share's size, as the scheduler allocated it (rounded up to the device's request
-		// policy); the reference driver sets these for shares only.
-		if q, ok := d.ConsumedCapacity[string(deviceschema.CapMemory)]; ok {
+		// policy), as the reference driver sets it for shares; a partition's size, which the
+		// reference driver leaves out.
+		size := d.ConsumedCapacity
+		if d.ShareID == "" {
+			size = d.Capacity
+		}
+		if q, ok := size[string(deviceschema.CapMemory)]; ok {
 			env = append(env, prefix+"_MEMORY="+q.String())
 		}
-		if q, ok := d.ConsumedCapacity[string(deviceschema.CapCompute)]; ok {
+		if q, ok := size[string(deviceschema.CapCompute)]; ok {
 			env = append(env, prefix+"_COMPUTE="+q.String())
 		}
 		env = append(env, adminAccess)

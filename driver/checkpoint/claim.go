@@ -48,6 +48,9 @@ type PreparedDevice struct {
 	// share of it, and ConsumedCapacity is what the share takes of the device's capacities.
 	ShareID          string                       `json:"shareID,omitempty"`
 	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity,omitempty"`
+	// Capacity is set when the device is part of a partitionable GPU (a partition or the whole
+	// GPU): its capacities as published when prepared, which its container sees.
+	Capacity map[string]resource.Quantity `json:"capacity,omitempty"`
 }
 
 // AdminAccess reports whether any device of the claim was allocated with admin access.

@@ -182,8 +182,12 @@ func TestWriterForgetsUnprepared(t *testing.T) {
 		t.Errorf("status of an unprepared claim written (%d applies)", f.count())
 	}
 
-	// Unprepared while a write is being retried: the retry is dropped.
-	f.answers = []error{apierrors.NewServiceUnavailable("x")}
+	// Unprepared while a write is being retried: the retry is dropped. The backoff is long enough
+	// that the retry cannot land between the failed write and Forget on a loaded machine (with
+	// 1 ms it did), short enough that a retry Forget failed to drop lands before settle returns.
+	f = &fakeServer{answers: []error{apierrors.NewServiceUnavailable("x")}}
+	w, ctx, _ = newTestWriter(t, f, WithRetry(4, 300*time.Millisecond, time.Second))
+	defer w.Start(ctx)()
 	w.Record(claim, devs)
 	deadline := time.Now().Add(5 * time.Second)
 	for f.count() == 0 && time.Now().Before(deadline) {

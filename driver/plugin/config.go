@@ -90,7 +90,7 @@ func sharingOf(cfg *v1alpha1.GpuConfig) checkpoint.Sharing {
 
 // claimDevices turns a claim's allocation into the devices to prepare, checking that each device of
 // this driver is one this node has.
-func claimDevices(driverName, poolName string, devices map[string]int, claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, error) {
+func claimDevices(driverName, poolName string, inv *inventory, claim *resourceapi.ResourceClaim) ([]checkpoint.PreparedDevice, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s: status.allocation: not allocated", claim.Namespace, claim.Name)
 	}
@@ -104,7 +104,7 @@ func claimDevices(driverName, poolName string, devices map[string]int, claim *re
 		if r.Driver != driverName {
 			continue
 		}
-		index, ok := devices[r.Device]
+		index, ok := inv.index[r.Device]
 		if r.Pool != poolName || !ok {
 			return nil, fmt.Errorf("claim %s/%s: %s: device %s/%s is not a device of this node (pool %s)",
 				claim.Namespace, claim.Name, results.Index(i), r.Pool, r.Device, poolName)
@@ -122,14 +122,24 @@ func claimDevices(driverName, poolName string, devices map[string]int, claim *re
 			// One share of a device that other claims (or other requests of this one) share too.
 			dev.ShareID = string(*r.ShareID)
 			dev.CDIDevice = cdi.ShareDeviceName(claim.UID, r.Device, dev.ShareID)
-			if len(r.ConsumedCapacity) > 0 {
-				dev.ConsumedCapacity = make(map[string]resource.Quantity, len(r.ConsumedCapacity))
-				for name, q := range r.ConsumedCapacity {
-					dev.ConsumedCapacity[string(name)] = q.DeepCopy()
-				}
-			}
+			dev.ConsumedCapacity = quantities(r.ConsumedCapacity, func(q resource.Quantity) resource.Quantity { return q })
+		} else if len(inv.consumes[r.Device]) > 0 {
+			// A partition (or the whole) of a partitionable GPU: its container learns its size.
+			dev.Capacity = quantities(inv.capacity[r.Device], func(c resourceapi.DeviceCapacity) resource.Quantity { return c.Value })
 		}
 		out = append(out, dev)
 	}
 	return out, nil
+}
+
+// quantities is a map of capacities by name as the checkpoint records it; nil when empty.
+func quantities[V any](in map[resourceapi.QualifiedName]V, value func(V) resource.Quantity) map[string]resource.Quantity {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]resource.Quantity, len(in))
+	for name, v := range in {
+		out[string(name)] = value(v).DeepCopy()
+	}
+	return out
 }

@@ -36,14 +36,13 @@ type Driver struct {
 	driverName string
 	poolName   string
 	mutex      sync.RWMutex
-	devices    map[string]int // name -> index; replaced when the inventory changes
-	// attributes and metadata are what each device publishes, by name, replaced with devices:
-	// the data of its claim's status and the device metadata file in the container.
+	// inventory is what the node publishes, replaced when it changes: which devices it accepts
+	// allocations for and what they may hold together.
+	inventory *inventory
+	// attributes and metadata are what each device publishes, by name, replaced with the
+	// inventory: the data of its claim's status and the device metadata file in the container.
 	attributes map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	metadata   map[string]*kubeletplugin.DeviceMetadata
-	// capacities are what each device publishes, by name, replaced with devices: what its shares
-	// may consume together.
-	capacities map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	status     StatusRecorder
 	cdi        *cdi.Writer
 	store      *checkpoint.Store
@@ -66,7 +65,7 @@ func WithFatalHandler(f func(error)) DriverOption { return func(d *Driver) { d.o
 // NewDriver returns the DRAPlugin of one node. The devices are read once: they define which
 // allocations this node accepts.
 func NewDriver(ctx context.Context, driverName, nodeName string, source DeviceSource, writer *cdi.Writer, store *checkpoint.Store, opts ...DriverOption) (*Driver, error) {
-	devs, err := source.Devices(ctx)
+	devs, sets, err := listDevices(ctx, source)
 	if err != nil {
 		return nil, fmt.Errorf("list devices of node %s: %w", nodeName, err)
 	}
@@ -76,7 +75,7 @@ func NewDriver(ctx context.Context, driverName, nodeName string, source DeviceSo
 		cdi:        writer,
 		store:      store,
 	}
-	d.setDevices(devs)
+	d.setDevices(devs, sets)
 	for _, o := range opts {
 		o(d)
 	}
@@ -92,39 +91,39 @@ func NewDriver(ctx context.Context, driverName, nodeName string, source DeviceSo
 // SetDevices replaces the devices this node accepts allocations for, after an inventory change.
 // Claims already prepared keep their recorded devices.
 func (d *Driver) SetDevices(ctx context.Context, source DeviceSource) error {
-	devs, err := source.Devices(ctx)
+	devs, sets, err := listDevices(ctx, source)
 	if err != nil {
 		return fmt.Errorf("list devices of node %s: %w", d.poolName, err)
 	}
-	d.setDevices(devs)
+	d.setDevices(devs, sets)
 	return nil
 }
 
-func (d *Driver) setDevices(devs []resourceapi.Device) {
-	devices := make(map[string]int, len(devs))
-	attributes := make(map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(devs))
-	metadata := make(map[string]*kubeletplugin.DeviceMetadata, len(devs))
-	capacities := make(map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(devs))
-	for i, dev := range devs {
-		index := i
-		if a, ok := dev.Attributes["index"]; ok && a.IntValue != nil {
-			index = int(*a.IntValue)
-		}
-		devices[dev.Name] = index
-		attributes[dev.Name] = dev.Attributes
-		metadata[dev.Name] = deviceMetadata(dev.Attributes)
-		capacities[dev.Name] = dev.Capacity
+// listDevices is what a source publishes: its devices and, if it has any, the counter sets they
+// consume.
+func listDevices(ctx context.Context, source DeviceSource) ([]resourceapi.Device, []resourceapi.CounterSet, error) {
+	devs, err := source.Devices(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	d.mutex.Lock()
-	defer d.mutex.Unlock()
-	d.devices, d.attributes, d.metadata, d.capacities = devices, attributes, metadata, capacities
+	var sets []resourceapi.CounterSet
+	if cs, ok := source.(CounterSource); ok {
+		sets, err = cs.SharedCounters(ctx)
+	}
+	return devs, sets, err
 }
 
-// capacity is what a device publishes now; the caller holds no lock.
-func (d *Driver) capacity(device string) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
-	d.mutex.RLock()
-	defer d.mutex.RUnlock()
-	return d.capacities[device]
+func (d *Driver) setDevices(devs []resourceapi.Device, sets []resourceapi.CounterSet) {
+	attributes := make(map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(devs))
+	metadata := make(map[string]*kubeletplugin.DeviceMetadata, len(devs))
+	for _, dev := range devs {
+		attributes[dev.Name] = dev.Attributes
+		metadata[dev.Name] = deviceMetadata(dev.Attributes)
+	}
+	inv := newInventory(devs, sets)
+	d.mutex.Lock()
+	defer d.mutex.Unlock()
+	d.inventory, d.attributes, d.metadata = inv, attributes, metadata
 }
 
 // shareID is the share a prepared device is, for the kubelet; nil for a whole device.
@@ -166,10 +165,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			continue
 		}
 		d.mutex.RLock()
-		devices, err := claimDevices(d.driverName, d.poolName, d.devices, claim)
+		inv := d.inventory
 		d.mutex.RUnlock()
+		devices, err := claimDevices(d.driverName, d.poolName, inv, claim)
 		if err == nil {
-			err = inUse.check(claim, devices, d.capacity)
+			err = inUse.check(claim, devices, inv)
 		}
 		if err == nil {
 			c := checkpoint.PreparedClaim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Devices: devices}

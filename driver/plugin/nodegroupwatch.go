@@ -107,7 +107,7 @@ func (w *NodeGroupWatcher) Run(ctx context.Context) {
 			logger.Error(err, "Inventory change not applied")
 			continue
 		}
-		resources, err := Resources(ctx, w.NodeName, source)
+		resources, err := Resources(ctx, w.NodeName, source, w.Sharing.Layout())
 		if err == nil {
 			err = w.Publisher.PublishResources(ctx, resources)
 		}

@@ -121,30 +121,7 @@ func TestSharesRecoverFromSpecs(t *testing.T) {
 	h := newSharedHarness(t)
 	a := claim("uid-a", "a", []resourceapi.DeviceRequestAllocationResult{shareResult("gpu", "gpu-0", "share-a", "40Gi", "50")})
 	b := claim("uid-b", "b", []resourceapi.DeviceRequestAllocationResult{shareResult("gpu", "gpu-0", "share-b", "40Gi", "50")})
-	if _, err := h.driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{a, b}); err != nil {
-		t.Fatal(err)
-	}
-	before, err := h.driver.PreparedClaims()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(h.store.Path(), []byte("{garbage"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := h.restart(t)
-	if err := r.driver.SetDevices(ctx, simulated.New(testNode, sharedSpec)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.driver.Reconcile(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	after, err := r.driver.PreparedClaims()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !apiequality.Semantic.DeepEqual(after, before) {
-		t.Errorf("rebuilt %+v\nwant %+v", after, before)
-	}
+	r, after := rebuildFromSpecs(t, h, sharedSpec, a, b)
 	if d := after[a.UID].Devices[0]; d.ShareID != "share-a" || !d.ConsumedCapacity["memory"].Equal(resource.MustParse("40Gi")) {
 		t.Errorf("rebuilt share of a: %+v", d)
 	}
@@ -180,6 +157,39 @@ func TestExclusiveCDIUnchanged(t *testing.T) {
 	if _, ok := spec.Devices[0].Annotations["share-id"]; ok {
 		t.Error("exclusive device annotated with a share ID")
 	}
+}
+
+// rebuildFromSpecs prepares claims, loses the checkpoint, and restarts the driver with the
+// devices of spec; the rebuilt entries must be those prepared. It returns the restarted harness
+// and the entries.
+func rebuildFromSpecs(t *testing.T, h *harness, spec nodegroups.GroupSpec, claims ...*resourceapi.ResourceClaim) (*harness, map[types.UID]checkpoint.PreparedClaim) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.driver.PrepareResourceClaims(ctx, claims); err != nil {
+		t.Fatal(err)
+	}
+	before, err := h.driver.PreparedClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(h.store.Path(), []byte("{garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := h.restart(t)
+	if err := r.driver.SetDevices(ctx, simulated.New(testNode, spec)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.driver.Reconcile(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.driver.PreparedClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !apiequality.Semantic.DeepEqual(after, before) {
+		t.Errorf("rebuilt %+v\nwant %+v", after, before)
+	}
+	return r, after
 }
 
 func mustEntry(t *testing.T, h *harness, uid types.UID) checkpoint.PreparedClaim {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -28,24 +29,16 @@ type SliceCreator interface {
 // when the fields are not kept; an error means the probe itself failed.
 func ProbeConsumableCapacity(ctx context.Context, slices SliceCreator, driverName, nodeName string) (reason string, err error) {
 	one := resource.MustParse("1Gi")
-	probe := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: nodeName + "-probe-"},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   driverName,
-			NodeName: ptr.To(nodeName),
-			Pool:     resourceapi.ResourcePool{Name: nodeName + "-probe", ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{
-				Name:                     "probe",
-				AllowMultipleAllocations: ptr.To(true),
-				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					deviceschema.CapMemory: {Value: one, RequestPolicy: &resourceapi.CapacityRequestPolicy{
-						Default:    ptr.To(one.DeepCopy()),
-						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(one.DeepCopy())},
-					}},
-				},
+	probe := probeSlice(driverName, nodeName, resourceapi.Device{
+		Name:                     "probe",
+		AllowMultipleAllocations: ptr.To(true),
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			deviceschema.CapMemory: {Value: one, RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default:    ptr.To(one.DeepCopy()),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(one.DeepCopy())},
 			}},
 		},
-	}
+	})
 	got, err := slices.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return "", fmt.Errorf("dry-run create of a ResourceSlice with allowMultipleAllocations: %w", err)
@@ -59,18 +52,82 @@ func ProbeConsumableCapacity(ctx context.Context, slices SliceCreator, driverNam
 	return "", nil
 }
 
+// ProbePartitionable finds out, like ProbeConsumableCapacity, whether the API server keeps what a
+// partitioned GPU publishes (KEP-4815) and where it wants the counter sets: it dry-runs a slice
+// with a counter set and a device consuming it. 1.34 (with the gate on) keeps both; 1.35 and later
+// refuse the two in one slice, and then each alone must be kept. Without the gate the server
+// drops the fields.
+func ProbePartitionable(ctx context.Context, slices SliceCreator, driverName, nodeName string) (CounterLayout, string, error) {
+	const dropped = "API server drops sharedCounters (DRAPartitionableDevices off)"
+	one := resource.MustParse("1Gi")
+	set := resourceapi.CounterSet{Name: "probe", Counters: map[string]resourceapi.Counter{string(deviceschema.CapMemory): {Value: one}}}
+	consumer := resourceapi.Device{Name: "probe", ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
+		CounterSet: set.Name, Counters: map[string]resourceapi.Counter{string(deviceschema.CapMemory): {Value: one.DeepCopy()}},
+	}}}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	combined := probeSlice(driverName, nodeName, consumer)
+	combined.Spec.SharedCounters = []resourceapi.CounterSet{set}
+	got, err := slices.Create(ctx, combined, dryRun)
+	switch {
+	case err == nil && (len(got.Spec.SharedCounters) == 0 || len(got.Spec.Devices) != 1 || len(got.Spec.Devices[0].ConsumesCounters) == 0):
+		return 0, dropped, nil
+	case err == nil:
+		return CountersWithDevices, "", nil
+	case !apierrors.IsInvalid(err):
+		return 0, "", fmt.Errorf("dry-run create of a ResourceSlice with sharedCounters: %w", err)
+	}
+	counters := probeSlice(driverName, nodeName)
+	counters.Spec.SharedCounters = []resourceapi.CounterSet{set}
+	if got, err = slices.Create(ctx, counters, dryRun); err != nil {
+		return 0, "", fmt.Errorf("dry-run create of a ResourceSlice with sharedCounters only (after %w)", err)
+	}
+	if len(got.Spec.SharedCounters) == 0 {
+		return 0, dropped, nil
+	}
+	if got, err = slices.Create(ctx, probeSlice(driverName, nodeName, consumer), dryRun); err != nil {
+		return 0, "", fmt.Errorf("dry-run create of a ResourceSlice with a device consuming counters: %w", err)
+	}
+	if len(got.Spec.Devices) != 1 || len(got.Spec.Devices[0].ConsumesCounters) == 0 {
+		return 0, "API server drops consumesCounters (DRAPartitionableDevices off)", nil
+	}
+	return CountersInOwnSlices, "", nil
+}
+
+// probeSlice is a slice of this node in a pool of its own, which the dry run never stores.
+func probeSlice(driverName, nodeName string, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: nodeName + "-probe-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driverName,
+			NodeName: ptr.To(nodeName),
+			Pool:     resourceapi.ResourcePool{Name: nodeName + "-probe", ResourceSliceCount: 1},
+			Devices:  devices,
+		},
+	}
+}
+
 // SharingGate decides what a node group publishes: its sharing mode where the API server keeps
-// the fields the mode needs, else exclusive, said once per node group. The probe runs once, before
-// the first publish of a mode that needs it, and its answer is kept: a feature gate changes only
-// with an API server restart, and the library's dropped-fields check catches that case.
+// the fields the mode needs, else exclusive, said once per node group. Each mode's probe runs
+// once, before the first publish of a group in that mode, and its answer is kept: a feature gate
+// changes only with an API server restart, and the library's dropped-fields check catches that
+// case.
 type SharingGate struct {
-	// Probe returns why consumable capacity is not kept ("" when it is).
-	Probe func(ctx context.Context) (string, error)
+	// ConsumableCapacity returns why shared-memory GPUs are not kept ("" when they are).
+	ConsumableCapacity func(ctx context.Context) (string, error)
+	// Partitionable returns why partitioned GPUs are not kept ("" when they are) and where the
+	// API server wants their counter sets.
+	Partitionable func(ctx context.Context) (CounterLayout, string, error)
 
 	mutex  sync.Mutex
-	probed bool
-	reason string
+	probed map[nodegroups.SharingMode]string
+	layout CounterLayout
 	logged map[string]bool
+}
+
+// probedFields names what each mode's probe looks for, for the message when it fails.
+var probedFields = map[nodegroups.SharingMode]string{
+	nodegroups.SharedMemory: "allowMultipleAllocations",
+	nodegroups.Partitioned:  "sharedCounters",
 }
 
 // Effective is the spec to publish for the named group.
@@ -81,14 +138,17 @@ func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegrou
 	}
 	g.mutex.Lock()
 	defer g.mutex.Unlock()
-	reason := g.reason
-	if !g.probed {
-		r, err := g.Probe(ctx)
-		if err != nil {
+	reason, probed := g.probed[want]
+	if !probed {
+		var err error
+		if reason, err = g.probe(ctx, want); err != nil {
 			// Not remembered: the next inventory change probes again.
-			reason = fmt.Sprintf("cannot tell whether the API server keeps allowMultipleAllocations: %v", err)
+			reason = fmt.Sprintf("cannot tell whether the API server keeps %s: %v", probedFields[want], err)
 		} else {
-			g.probed, g.reason, reason = true, r, r
+			if g.probed == nil {
+				g.probed = map[nodegroups.SharingMode]string{}
+			}
+			g.probed[want] = reason
 		}
 	}
 	if reason == "" {
@@ -99,13 +159,37 @@ func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegrou
 	return spec
 }
 
+func (g *SharingGate) probe(ctx context.Context, mode nodegroups.SharingMode) (string, error) {
+	if mode == nodegroups.SharedMemory {
+		return g.ConsumableCapacity(ctx)
+	}
+	layout, reason, err := g.Partitionable(ctx)
+	if err == nil && reason == "" {
+		g.layout = layout
+		klog.FromContext(ctx).Info("API server keeps partitionable devices", "layout", layout)
+	}
+	return reason, err
+}
+
+// Layout is where counter sets go, as the probe found; the 1.35+ layout when nothing probed (or
+// on a nil gate), as then no group publishes counters through the gate.
+func (g *SharingGate) Layout() CounterLayout {
+	if g == nil {
+		return CountersInOwnSlices
+	}
+	g.mutex.Lock()
+	defer g.mutex.Unlock()
+	return g.layout
+}
+
 func (g *SharingGate) fallBack(ctx context.Context, group string, want nodegroups.SharingMode, reason string) {
 	if g.logged == nil {
 		g.logged = map[string]bool{}
 	}
-	if g.logged[group] {
+	key := group + "/" + string(want)
+	if g.logged[key] {
 		return
 	}
-	g.logged[group] = true
+	g.logged[key] = true
 	klog.FromContext(ctx).Info("Node group sharing falls back to exclusive", "group", group, "want", want, "reason", reason)
 }

@@ -6,6 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
@@ -30,7 +35,7 @@ func TestSharingGate(t *testing.T) {
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 			ctx := klog.NewContext(context.Background(), logger)
 			probes := 0
-			g := &SharingGate{Probe: func(context.Context) (string, error) {
+			g := &SharingGate{ConsumableCapacity: func(context.Context) (string, error) {
 				a := tc.answers[min(probes, len(tc.answers)-1)]
 				probes++
 				switch {
@@ -61,5 +66,117 @@ func TestSharingGate(t *testing.T) {
 				t.Errorf("fallback line lacks group, want, reason:\n%s", logs)
 			}
 		})
+	}
+}
+
+// fakeServer answers dry-run creates of probe slices as an API server of one kind would.
+type fakeServer func(*resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error)
+
+func (f fakeServer) Create(_ context.Context, s *resourceapi.ResourceSlice, opts metav1.CreateOptions) (*resourceapi.ResourceSlice, error) {
+	if len(opts.DryRun) != 1 || opts.DryRun[0] != metav1.DryRunAll {
+		return nil, errors.New("probe without dry run")
+	}
+	return f(s.DeepCopy())
+}
+
+func TestProbePartitionable(t *testing.T) {
+	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "resource.k8s.io", Kind: "ResourceSlice"}, "", field.ErrorList{
+		field.Invalid(field.NewPath("spec"), "", "only one of `sharedCounters` or `devices` is allowed")})
+	for _, tc := range []struct {
+		name       string
+		server     fakeServer
+		wantLayout CounterLayout
+		wantReason string
+		wantErr    string
+	}{
+		{name: "1.34 with the gate", server: func(s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) { return s, nil },
+			wantLayout: CountersWithDevices},
+		{name: "1.35 and later", server: func(s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+			if len(s.Spec.Devices) > 0 && len(s.Spec.SharedCounters) > 0 {
+				return nil, invalid
+			}
+			return s, nil
+		}, wantLayout: CountersInOwnSlices},
+		{name: "gate off", server: func(s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+			s.Spec.SharedCounters = nil
+			for i := range s.Spec.Devices {
+				s.Spec.Devices[i].ConsumesCounters = nil
+			}
+			return s, nil
+		}, wantReason: "API server drops sharedCounters (DRAPartitionableDevices off)"},
+		{name: "1.35 and later, gate off for devices only", server: func(s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+			if len(s.Spec.Devices) > 0 && len(s.Spec.SharedCounters) > 0 {
+				return nil, invalid
+			}
+			for i := range s.Spec.Devices {
+				s.Spec.Devices[i].ConsumesCounters = nil
+			}
+			return s, nil
+		}, wantReason: "API server drops consumesCounters (DRAPartitionableDevices off)"},
+		{name: "forbidden", server: func(*resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+			return nil, apierrors.NewForbidden(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceslices"}, "", errors.New("no"))
+		}, wantErr: "dry-run create of a ResourceSlice with sharedCounters: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			layout, reason, err := ProbePartitionable(context.Background(), tc.server, "gpu.example.com", "node-a")
+			if tc.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
+					t.Errorf("error %v, want %s...", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || reason != tc.wantReason || (reason == "" && layout != tc.wantLayout) {
+				t.Errorf("probe = %s, %q, %v; want %s, %q", layout, reason, err, tc.wantLayout, tc.wantReason)
+			}
+		})
+	}
+}
+
+// TestSharingGatePartitioned: a partitioned group probes for partitionable devices only, takes
+// the layout found, and falls back once per group with the probe's reason.
+func TestSharingGatePartitioned(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		layout   CounterLayout
+		reason   string
+		wantMode nodegroups.SharingMode
+	}{
+		{name: "1.34 with the gate", layout: CountersWithDevices, wantMode: nodegroups.Partitioned},
+		{name: "1.37", layout: CountersInOwnSlices, wantMode: nodegroups.Partitioned},
+		{name: "gate off", reason: "API server drops sharedCounters (DRAPartitionableDevices off)", wantMode: nodegroups.Exclusive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx := klog.NewContext(context.Background(), logger)
+			probes := 0
+			g := &SharingGate{
+				ConsumableCapacity: func(context.Context) (string, error) { t.Error("consumable capacity probed"); return "", nil },
+				Partitionable: func(context.Context) (CounterLayout, string, error) {
+					probes++
+					return tc.layout, tc.reason, nil
+				},
+			}
+			parts := nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.Partitioned, Partitions: 2}}
+			for _, group := range []string{"a", "a", "b"} {
+				if got := g.Effective(ctx, group, parts); got.ModeOf() != tc.wantMode {
+					t.Errorf("group %s: mode %s, want %s", group, got.ModeOf(), tc.wantMode)
+				}
+			}
+			if probes != 1 || g.Layout() != tc.layout {
+				t.Errorf("%d probes, layout %s; want 1 and %s", probes, g.Layout(), tc.layout)
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			wantLines := 0
+			if tc.reason != "" {
+				wantLines = 2
+			}
+			if n := strings.Count(logs, "Node group sharing falls back to exclusive"); n != wantLines ||
+				(wantLines > 0 && !strings.Contains(logs, `group="a" want="partitioned" reason="`+tc.reason+`"`)) {
+				t.Errorf("%d fallback lines, want %d naming group, want and reason:\n%s", n, wantLines, logs)
+			}
+		})
+	}
+	if (*SharingGate)(nil).Layout() != CountersInOwnSlices {
+		t.Error("a nil gate does not lay counters out as 1.35+ wants")
 	}
 }

@@ -2,12 +2,15 @@ package plugin
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 )
@@ -15,8 +18,9 @@ import (
 // usage is what the prepared claims hold, device by device: the last place that stops two
 // workloads from using one GPU unknowingly should the scheduler's accounting ever go wrong. A
 // device allocated whole belongs to one claim; a shared one (allowMultipleAllocations) holds any
-// number of shares as long as their consumed capacities fit in the device's. Admin access holds
-// nothing (it is meant to see devices others use).
+// number of shares as long as their consumed capacities fit in the device's; devices of a
+// partitionable GPU together consume at most its counters (each device once, however many
+// shares). Admin access holds nothing (it is meant to see devices others use).
 type usage struct {
 	whole  map[string]checkpoint.PreparedClaim
 	shares map[string][]share
@@ -52,11 +56,12 @@ func (u *usage) add(c checkpoint.PreparedClaim) {
 }
 
 // check refuses devices that another claim holds whole, whole devices that other claims hold
-// shares of, and shares that together with those held (by other claims and earlier devices of
-// this claim) would consume more than the device has. capacity is a device's published capacity
-// by name.
-func (u *usage) check(claim *resourceapi.ResourceClaim, devices []checkpoint.PreparedDevice, capacity func(device string) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) error {
+// shares of, shares that together with those held (by other claims and earlier devices of this
+// claim) would consume more than the device has, and devices whose counters would exceed a counter
+// set beside those of the devices held (a partition of a GPU held whole, or the reverse).
+func (u *usage) check(claim *resourceapi.ResourceClaim, devices []checkpoint.PreparedDevice, inv *inventory) error {
 	pending := map[string][]share{}
+	holders := u.holders()
 	for _, d := range devices {
 		if d.AdminAccess {
 			continue
@@ -74,12 +79,64 @@ func (u *usage) check(claim *resourceapi.ResourceClaim, devices []checkpoint.Pre
 						claim.Namespace, claim.Name, d.Pool, d.Device, s.claim.Namespace, s.claim.Name, s.claim.UID)
 				}
 			}
-			continue
-		}
-		if err := fits(claim, d, held, capacity(d.Device)); err != nil {
+		} else if err := fits(claim, d, held, inv.capacity[d.Device]); err != nil {
 			return err
 		}
-		pending[key] = append(pending[key], share{claim: checkpoint.PreparedClaim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}, consumed: d.ConsumedCapacity})
+		if _, charged := holders[key]; !charged {
+			if err := countersFit(claim, d, holders, inv); err != nil {
+				return err
+			}
+			holders[key] = fmt.Sprintf("%s/%s", claim.Namespace, claim.Name)
+		}
+		if d.ShareID != "" {
+			pending[key] = append(pending[key], share{claim: checkpoint.PreparedClaim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}, consumed: d.ConsumedCapacity})
+		}
+	}
+	return nil
+}
+
+// holders are the devices held, whole or in shares, each by the first claim holding it.
+func (u *usage) holders() map[string]string {
+	out := make(map[string]string, len(u.whole)+len(u.shares))
+	for key, c := range u.whole {
+		out[key] = fmt.Sprintf("%s/%s", c.Namespace, c.Name)
+	}
+	for key, shares := range u.shares {
+		out[key] = fmt.Sprintf("%s/%s", shares[0].claim.Namespace, shares[0].claim.Name)
+	}
+	return out
+}
+
+// countersFit checks that a device's counters and those of the devices held stay within each
+// counter set it consumes, as the scheduler's allocation of partitionable devices keeps them.
+func countersFit(claim *resourceapi.ResourceClaim, d checkpoint.PreparedDevice, holders map[string]string, inv *inventory) error {
+	for _, c := range inv.consumes[d.Device] {
+		total, ok := inv.counterSets[c.CounterSet]
+		if !ok {
+			continue // not a counter set this node publishes now; the scheduler judged it
+		}
+		names := slices.Sorted(maps.Keys(c.Counters))
+		for _, name := range names {
+			sum := c.Counters[name].Value.DeepCopy()
+			var others []string
+			for key, holder := range holders {
+				pool, device, _ := strings.Cut(key, "/")
+				if pool != d.Pool {
+					continue
+				}
+				for _, hc := range inv.consumes[device] {
+					if q, ok := hc.Counters[name]; ok && hc.CounterSet == c.CounterSet {
+						sum.Add(q.Value)
+						others = append(others, fmt.Sprintf("%s %s %s", holder, device, ptr.To(q.Value).String()))
+					}
+				}
+			}
+			if limit, ok := total[name]; ok && sum.Cmp(limit.Value) > 0 {
+				sort.Strings(others)
+				return fmt.Errorf("claim %s/%s: device %s/%s needs %s %s of counter set %s, which has %s beside the devices prepared (%s); unprepare one of them first",
+					claim.Namespace, claim.Name, d.Pool, d.Device, name, ptr.To(c.Counters[name].Value).String(), c.CounterSet, ptr.To(limit.Value).String(), strings.Join(others, ", "))
+			}
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -39,7 +40,9 @@ func New(nodeName string, spec nodegroups.GroupSpec) *GPUs {
 // capacities of deviceschema.DeviceSchema and nothing behind a feature gate, so every served API
 // version stores them unchanged. Shared-memory GPUs add what consumable capacity (KEP-5075) needs:
 // allowMultipleAllocations, and a request policy on memory and on compute (which only they
-// publish); the caller publishes them only where the API server keeps those fields.
+// publish). Partitioned GPUs are each their partitions and then the whole GPU, all consuming the
+// GPU's counters (KEP-4815, see SharedCounters). The caller publishes the last two only where the
+// API server keeps those fields.
 func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 	devices := make([]resourceapi.Device, 0, s.spec.Count)
 	for i := 0; i < s.spec.Count; i++ {
@@ -55,16 +58,78 @@ func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 				deviceschema.CapMemory: {Value: s.memory()},
 			},
 		}
-		if s.spec.ModeOf() == nodegroups.SharedMemory {
+		switch s.spec.ModeOf() {
+		case nodegroups.SharedMemory:
 			dev.AllowMultipleAllocations = ptr.To(true)
 			dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				deviceschema.CapMemory:  shared(s.memory(), s.spec.Sharing.MemoryPolicy()),
 				deviceschema.CapCompute: shared(deviceschema.DefaultCompute.DeepCopy(), s.spec.Sharing.ComputePolicy()),
 			}
+		case nodegroups.Partitioned:
+			devices = append(devices, s.partitions(i, dev)...)
+			continue
 		}
 		devices = append(devices, dev)
 	}
 	return devices, nil
+}
+
+// SharedCounters are the counter sets of partitioned GPUs, one per GPU with its whole memory and
+// compute; none in the other modes.
+func (s *GPUs) SharedCounters(_ context.Context) ([]resourceapi.CounterSet, error) {
+	if s.spec.ModeOf() != nodegroups.Partitioned {
+		return nil, nil
+	}
+	sets := make([]resourceapi.CounterSet, 0, s.spec.Count)
+	for i := 0; i < s.spec.Count; i++ {
+		sets = append(sets, resourceapi.CounterSet{
+			Name:     deviceschema.CounterSetName(i),
+			Counters: counters(s.memory(), deviceschema.DefaultCompute.DeepCopy()),
+		})
+	}
+	return sets, nil
+}
+
+// partitions are what one partitioned GPU publishes instead of gpu: its partitions, each with an
+// equal part of memory and compute (rounded down, so that they always fit together), then the
+// whole GPU. The scheduler sees them consume the GPU's counters and so never allocates a
+// partition together with the whole GPU.
+func (s *GPUs) partitions(index int, gpu resourceapi.Device) []resourceapi.Device {
+	n := int64(s.spec.Sharing.Partitions)
+	memory, compute := s.memory(), deviceschema.DefaultCompute.DeepCopy()
+	partMemory := *resource.NewQuantity(memory.Value()/n, resource.BinarySI)
+	partCompute := *resource.NewQuantity(compute.Value()/n, resource.DecimalSI)
+	out := make([]resourceapi.Device, 0, n+1)
+	device := func(name string, mem, comp resource.Quantity, extra map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) resourceapi.Device {
+		attrs := maps.Clone(gpu.Attributes)
+		attrs[deviceschema.AttrPartitionable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(true)}
+		maps.Copy(attrs, extra)
+		return resourceapi.Device{
+			Name:       name,
+			Attributes: attrs,
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				deviceschema.CapMemory:  {Value: mem},
+				deviceschema.CapCompute: {Value: comp},
+			},
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
+				CounterSet: deviceschema.CounterSetName(index),
+				Counters:   counters(mem, comp),
+			}},
+		}
+	}
+	for j := int64(0); j < n; j++ {
+		out = append(out, device(deviceschema.PartitionDeviceName(index, int(j)), partMemory, partCompute,
+			map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{deviceschema.AttrPartition: {IntValue: ptr.To(j)}}))
+	}
+	return append(out, device(deviceschema.FullDeviceName(index), memory, compute,
+		map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{deviceschema.AttrFull: {BoolValue: ptr.To(true)}}))
+}
+
+func counters(memory, compute resource.Quantity) map[string]resourceapi.Counter {
+	return map[string]resourceapi.Counter{
+		string(deviceschema.CapMemory):  {Value: memory.DeepCopy()},
+		string(deviceschema.CapCompute): {Value: compute.DeepCopy()},
+	}
 }
 
 // shared is a capacity of a shared GPU: a claim that names no amount gets all of it (as with the

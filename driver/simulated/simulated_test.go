@@ -2,6 +2,7 @@ package simulated
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"testing"
 
@@ -173,3 +174,68 @@ func attrType(a resourceapi.DeviceAttribute) deviceschema.AttributeType {
 	}
 	return ""
 }
+
+func TestPartitionedDevices(t *testing.T) {
+	for _, tc := range []struct {
+		partitions int
+		// want are the memory and compute of one partition (rounded down).
+		wantMemory, wantCompute string
+	}{
+		{partitions: 4, wantMemory: "20Gi", wantCompute: "25"},
+		{partitions: 3, wantMemory: "28633115306", wantCompute: "33"},
+		{partitions: 1, wantMemory: "80Gi", wantCompute: "100"},
+	} {
+		t.Run(fmt.Sprint(tc.partitions), func(t *testing.T) {
+			spec := nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.Partitioned, Partitions: tc.partitions}}
+			gpus := New("node-a", spec)
+			devices, err := gpus.Devices(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sets, err := gpus.SharedCounters(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(devices) != 2*(tc.partitions+1) || len(sets) != 2 {
+				t.Fatalf("%d devices and %d counter sets, want %d and 2", len(devices), len(sets), 2*(tc.partitions+1))
+			}
+			for i, set := range sets {
+				if set.Name != fmt.Sprintf("gpu-%d-counters", i) || qstr(set.Counters["memory"].Value) != "80Gi" || qstr(set.Counters["compute"].Value) != "100" {
+					t.Errorf("counter set %d: %+v", i, set)
+				}
+			}
+			for n, d := range devices {
+				gpu, j := n/(tc.partitions+1), n%(tc.partitions+1)
+				name, memory, compute := fmt.Sprintf("gpu-%d-partition-%d", gpu, j), tc.wantMemory, tc.wantCompute
+				if j == tc.partitions {
+					name, memory, compute = fmt.Sprintf("gpu-%d-full", gpu), "80Gi", "100"
+				}
+				if d.Name != name {
+					t.Fatalf("device %d is %s, want %s", n, d.Name, name)
+				}
+				if *d.Attributes["index"].IntValue != int64(gpu) || !*d.Attributes["partitionable"].BoolValue ||
+					*d.Attributes["uuid"].StringValue != DeviceUUID("node-a", gpu) {
+					t.Errorf("%s: attributes %v", d.Name, d.Attributes)
+				}
+				if p, full := d.Attributes["partition"], d.Attributes["full"]; (j < tc.partitions) != (p.IntValue != nil && *p.IntValue == int64(j)) ||
+					(j == tc.partitions) != (full.BoolValue != nil && *full.BoolValue) {
+					t.Errorf("%s: partition %v full %v", d.Name, p, full)
+				}
+				if qstr(d.Capacity["memory"].Value) != memory || qstr(d.Capacity["compute"].Value) != compute || d.AllowMultipleAllocations != nil {
+					t.Errorf("%s: capacity %v, want memory %s compute %s", d.Name, d.Capacity, memory, compute)
+				}
+				if c := d.ConsumesCounters; len(c) != 1 || c[0].CounterSet != fmt.Sprintf("gpu-%d-counters", gpu) ||
+					qstr(c[0].Counters["memory"].Value) != memory || qstr(c[0].Counters["compute"].Value) != compute {
+					t.Errorf("%s: consumes %+v", d.Name, c)
+				}
+			}
+		})
+	}
+	// Other modes publish no counters.
+	sets, _ := New("node-a", nodegroups.GroupSpec{Sharing: &nodegroups.Sharing{Mode: nodegroups.SharedMemory}}).SharedCounters(context.Background())
+	if sets != nil {
+		t.Errorf("shared-memory GPUs publish counter sets %v", sets)
+	}
+}
+
+func qstr(q resource.Quantity) string { return q.String() }

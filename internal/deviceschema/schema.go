@@ -9,6 +9,8 @@ package deviceschema
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -35,6 +37,26 @@ var DefaultCompute = resource.MustParse("100")
 // DeviceName is the name of the device with the given index on its node: gpu-0, gpu-1, ...
 func DeviceName(index int) string { return fmt.Sprintf("gpu-%d", index) }
 
+// PartitionDeviceName, FullDeviceName and CounterSetName name what a partitioned GPU publishes
+// (KEP-4815), as the upstream reference driver does: its partitions gpu-<i>-partition-<j>, the
+// whole GPU gpu-<i>-full, and the counters both consume, gpu-<i>-counters.
+func PartitionDeviceName(index, partition int) string {
+	return fmt.Sprintf("gpu-%d-partition-%d", index, partition)
+}
+func FullDeviceName(index int) string { return fmt.Sprintf("gpu-%d-full", index) }
+func CounterSetName(index int) string { return fmt.Sprintf("gpu-%d-counters", index) }
+
+// EnvID is how a device is named in the environment of a container (GPU_DEVICE_<id>): the GPU's
+// index for a whole GPU, else the device name after "gpu-" in upper case with "-" as "_"
+// (0_PARTITION_1, 0_FULL), as the reference driver does.
+func EnvID(deviceName string, index int) string {
+	rest, ok := strings.CutPrefix(deviceName, "gpu-")
+	if !ok || deviceName == DeviceName(index) {
+		return strconv.Itoa(index)
+	}
+	return strings.ToUpper(strings.ReplaceAll(rest, "-", "_"))
+}
+
 // AttributeType is the type of a published attribute as CEL sees it.
 type AttributeType string
 
@@ -55,6 +77,15 @@ const (
 	// CapCompute is published only by GPUs shared by consumable capacity (node groups in
 	// shared-memory mode): the reference driver's demos request a share of it.
 	CapCompute resourceapi.QualifiedName = "compute"
+)
+
+// Attributes that only partitioned GPUs publish (not part of DeviceSchema, which the webhook
+// checks selectors against): a partition's number, that a device is one of the ways to use a
+// partitionable GPU, and that it is the whole of one.
+const (
+	AttrPartition     resourceapi.QualifiedName = "partition"
+	AttrPartitionable resourceapi.QualifiedName = "partitionable"
+	AttrFull          resourceapi.QualifiedName = "full"
 )
 
 // Schema is what every device of this driver publishes. It is the one source of truth for the

@@ -16,13 +16,23 @@ const (
 	// capacity): each claim gets a share of the GPU's memory and compute, and the scheduler keeps
 	// the sum of the shares within the GPU.
 	SharedMemory SharingMode = "shared-memory"
-	// Partitioned is reserved for partitionable GPUs (KEP-4815); not implemented yet.
+	// Partitioned GPUs are partitionable devices (KEP-4815): each GPU is a set of counters
+	// (memory, compute) that Partitions equal partition devices and one whole-GPU device consume,
+	// so the scheduler hands out either partitions or the whole GPU, never both.
 	Partitioned SharingMode = "partitioned"
 )
 
-// Sharing is a node group's sharing mode and, for shared-memory, what one share may be.
+// MaxPartitions is the most partitions of one GPU: with the whole-GPU device, 17 devices per
+// GPU still fit three GPUs in a slice of 64 devices (the API server's limit once devices consume
+// counters).
+const MaxPartitions = 16
+
+// Sharing is a node group's sharing mode and, for shared-memory, what one share may be; for
+// partitioned, into how many partitions each GPU is cut.
 type Sharing struct {
 	Mode SharingMode `json:"mode,omitempty"`
+	// Partitions is the number of equal partitions of each GPU in mode partitioned (1..16).
+	Partitions int `json:"partitions,omitempty"`
 	// Memory and Compute bound the share of each capacity a claim may request; unset fields take
 	// DefaultMemoryPolicy and DefaultComputePolicy.
 	Memory  *CapacityPolicy `json:"memory,omitempty"`
@@ -98,16 +108,28 @@ func (s *Sharing) validate(path string, memory resource.Quantity, computeTotal r
 		return nil
 	}
 	switch s.Mode {
-	case "", Exclusive:
-		if s.Memory != nil || s.Compute != nil {
-			return fmt.Errorf("%s: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them", path)
-		}
-		return nil
+	case "", Exclusive, SharedMemory, Partitioned:
+	default:
+		return fmt.Errorf("%s.mode: unknown mode %q; use exclusive, shared-memory or partitioned", path, s.Mode)
+	}
+	if s.Mode != Partitioned && s.Partitions != 0 {
+		return fmt.Errorf("%s: partitions applies only to mode partitioned; set mode: partitioned or remove it", path)
+	}
+	if s.Mode != SharedMemory && (s.Memory != nil || s.Compute != nil) {
+		return fmt.Errorf("%s: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them", path)
+	}
+	switch s.Mode {
 	case SharedMemory:
 	case Partitioned:
-		return fmt.Errorf("%s.mode: partitioned is not yet supported; use exclusive or shared-memory", path)
+		if s.Partitions == 0 {
+			return fmt.Errorf("%s.partitions: required with mode partitioned; use 1..%d", path, MaxPartitions)
+		}
+		if s.Partitions < 1 || s.Partitions > MaxPartitions {
+			return fmt.Errorf("%s.partitions: %d is out of range; use 1..%d", path, s.Partitions, MaxPartitions)
+		}
+		return nil
 	default:
-		return fmt.Errorf("%s.mode: unknown mode %q; use exclusive or shared-memory", path, s.Mode)
+		return nil
 	}
 	if err := checkPolicy(path+".memory", s.MemoryPolicy(), memory, "1Gi"); err != nil {
 		return err

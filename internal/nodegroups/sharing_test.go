@@ -19,16 +19,21 @@ func TestSharingForNode(t *testing.T) {
 		wantMemMin, wantMemStep   string
 		wantMemMax                string
 		wantCompMin, wantCompStep string
+		wantPartitions            int
 	}{
 		{name: "unset is exclusive", labels: nil, wantMode: Exclusive, wantMemMin: "1Gi", wantMemStep: "1Gi", wantCompMin: "1", wantCompStep: "1"},
 		{name: "shared with defaults", labels: map[string]string{"g": "shared"}, wantMode: SharedMemory, wantMemMin: "1Gi", wantMemStep: "1Gi", wantCompMin: "1", wantCompStep: "1"},
 		{name: "shared with policies", labels: map[string]string{"g": "tuned"}, wantMode: SharedMemory, wantMemMin: "4Gi", wantMemStep: "2Gi", wantMemMax: "40Gi", wantCompMin: "10", wantCompStep: "5"},
+		{name: "partitioned", labels: map[string]string{"g": "parts"}, wantMode: Partitioned, wantPartitions: 4, wantMemMin: "1Gi", wantMemStep: "1Gi", wantCompMin: "1", wantCompStep: "1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := cfg.ForNode(tc.labels)
 			if got.ModeOf() != tc.wantMode {
 				t.Errorf("mode %q, want %q", got.ModeOf(), tc.wantMode)
+			}
+			if got.Sharing != nil && got.Sharing.Partitions != tc.wantPartitions {
+				t.Errorf("partitions %d, want %d", got.Sharing.Partitions, tc.wantPartitions)
 			}
 			mem, comp := got.Sharing.MemoryPolicy(), got.Sharing.ComputePolicy()
 			maxStr := ""
@@ -46,10 +51,22 @@ func TestSharingForNode(t *testing.T) {
 
 func TestSharingValidation(t *testing.T) {
 	for _, tc := range []struct{ name, config, want string }{
-		{"partitioned refused", `nodeGroups: [{name: a, sharing: {mode: partitioned}}]`,
-			"nodeGroups[0].sharing.mode: partitioned is not yet supported; use exclusive or shared-memory"},
+		{"partitioned without partitions", `nodeGroups: [{name: a, sharing: {mode: partitioned}}]`,
+			"nodeGroups[0].sharing.partitions: required with mode partitioned; use 1..16"},
+		{"zero partitions", `nodeGroups: [{name: a, sharing: {mode: partitioned, partitions: 0}}]`,
+			"nodeGroups[0].sharing.partitions: required with mode partitioned; use 1..16"},
+		{"too many partitions", `nodeGroups: [{name: a}, {name: b, sharing: {mode: partitioned, partitions: 17}}]`,
+			"nodeGroups[1].sharing.partitions: 17 is out of range; use 1..16"},
+		{"negative partitions", `defaults: {sharing: {mode: partitioned, partitions: -2}}`,
+			"defaults.sharing.partitions: -2 is out of range; use 1..16"},
+		{"partitions without partitioned", `nodeGroups: [{name: a, sharing: {mode: shared-memory, partitions: 4}}]`,
+			"nodeGroups[0].sharing: partitions applies only to mode partitioned; set mode: partitioned or remove it"},
+		{"partitions on exclusive", `defaults: {sharing: {partitions: 4}}`,
+			"defaults.sharing: partitions applies only to mode partitioned; set mode: partitioned or remove it"},
+		{"policy on partitioned", `nodeGroups: [{name: a, sharing: {mode: partitioned, partitions: 2, memory: {min: 2Gi}}}]`,
+			"nodeGroups[0].sharing: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them"},
 		{"unknown mode", `nodeGroups: [{name: a, sharing: {mode: timesliced}}]`,
-			`nodeGroups[0].sharing.mode: unknown mode "timesliced"; use exclusive or shared-memory`},
+			`nodeGroups[0].sharing.mode: unknown mode "timesliced"; use exclusive, shared-memory or partitioned`},
 		{"policy without shared-memory", `defaults: {sharing: {memory: {min: 2Gi}}}`,
 			"defaults.sharing: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them"},
 		{"min above memory", `nodeGroups: [{name: a, memory: 16Gi, sharing: {mode: shared-memory, memory: {min: 32Gi}}}]`,
