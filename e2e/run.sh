@@ -7,7 +7,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
 
 run_suite() {
-  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION.log"
+  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION.log"
 }
 
 local_suite() {
