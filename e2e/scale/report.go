@@ -16,6 +16,7 @@ type phase struct {
 	Nodes         int
 	Mem, MemAfter memory
 	Template, Pod *result
+	PodDirect     *result
 	High          *result
 	Status        time.Duration
 	Sched         *schedResult
@@ -29,15 +30,19 @@ type report struct {
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nFleet scale: %s; webhook GOGC=%s, no GOMEMLIMIT; %d GPUs per node\n\n", machine(), r.o.GOGC, nodegroupsCount(r.o.NodeGroups))
-	fmt.Fprintf(w, "| nodes | webhook RSS (after load) | heap in use | template p50 / p99 through the API server at %d/s | pod p50 / p99 through the API server at %d/s | template reviews straight to the webhook, p50 / p99 at %d/s | `kubectl dra status` |\n", r.o.Rate, r.o.Rate, r.o.HighRate)
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| nodes | webhook RSS (anonymous) | live heap | templates through the API server, %d/s: p50 / p99 | pods through the API server, %d/s: p50 / p99 | pod reviews straight to the webhook, %d/s: p50 / p99 | template reviews straight to the webhook, %d/s: p50 / p99 | `kubectl dra status` |\n", r.o.Rate, r.o.Rate, r.o.Rate, r.o.HighRate)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, p := range r.phases {
 		high := "—"
 		if p.High != nil {
 			high = latencies(p.High)
 		}
-		fmt.Fprintf(w, "| %d | %.1f MiB (%.1f MiB) | %.1f MiB | %s | %s | %s | %.2f s |\n", p.Nodes, mib(p.Mem.RSS), mib(p.MemAfter.RSS), mib(p.Mem.HeapInuse),
-			latencies(p.Template), latencies(p.Pod), high, p.Status.Seconds())
+		fmt.Fprintf(w, "| %d | %.1f MiB (%.1f MiB) | %.1f MiB | %s | %s | %s | %s | %.2f s |\n", p.Nodes, mib(p.Mem.RSS), mib(p.Mem.Anon), mib(p.Mem.Live),
+			latencies(p.Template), latencies(p.Pod), latencies(p.PodDirect), high, p.Status.Seconds())
+	}
+	fmt.Fprintln(w)
+	for _, p := range r.phases {
+		fmt.Fprintf(w, "%d nodes, after the loads: RSS %.1f MiB (anonymous %.1f MiB), live heap %.1f MiB, heap in use %.1f MiB\n", p.Nodes, mib(p.MemAfter.RSS), mib(p.MemAfter.Anon), mib(p.MemAfter.Live), mib(p.MemAfter.HeapInuse))
 	}
 	for _, p := range r.phases {
 		if s := p.Sched; s != nil {
@@ -47,12 +52,12 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	if last := r.phases[len(r.phases)-1]; r.restart.RSS > 0 {
-		fmt.Fprintf(w, "\nThe webhook at %d nodes: peak RSS %.1f MiB over the run (the fleet taken in node by node, and the loads); started with the fleet in place: ready after %.1f s, peak RSS %.1f MiB during the initial lists, %.1f MiB 10 s later (heap in use %.1f MiB)\n",
-			last.Nodes, mib(last.MemAfter.HWM), r.restart.Synced.Seconds(), mib(r.restart.HWM), mib(r.restart.RSS), mib(r.restart.HeapInuse))
+		fmt.Fprintf(w, "\nThe webhook at %d nodes: peak RSS %.1f MiB over the run (the fleet taken in node by node, and the loads); started with the fleet in place: ready after %.1f s, peak RSS %.1f MiB during the initial lists, %.1f MiB 10 s later (anonymous %.1f MiB, live heap %.1f MiB, heap in use %.1f MiB)\n",
+			last.Nodes, mib(last.MemAfter.HWM), r.restart.Synced.Seconds(), mib(r.restart.HWM), mib(r.restart.RSS), mib(r.restart.Anon), mib(r.restart.Live), mib(r.restart.HeapInuse))
 	}
 	fmt.Fprintln(w)
 	for _, p := range r.phases {
-		for _, res := range []*result{p.Template, p.Pod, p.High} {
+		for _, res := range []*result{p.Template, p.Pod, p.PodDirect, p.High} {
 			if res != nil {
 				fmt.Fprintf(w, "%d nodes: %s\n", p.Nodes, res)
 			}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // reviewer sends template AdmissionReviews straight to the webhook over loopback TLS, as the API
@@ -26,7 +27,7 @@ type reviewer struct {
 	bodies [][]byte
 }
 
-func newReviewer(w *webhook, l *loader, path string) (*reviewer, error) {
+func newReviewer(w *webhook, path string, objects []runtime.Object) (*reviewer, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(w.ca) {
 		return nil, fmt.Errorf("webhook CA: no certificate")
@@ -35,27 +36,24 @@ func newReviewer(w *webhook, l *loader, path string) (*reviewer, error) {
 		TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: maxInFlight,
 	}}}
-	// As many bodies as the loader has distinct specs.
-	for i := range 12 {
-		t := &resourceapi.ResourceClaimTemplate{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("review-%d", i), Namespace: loadNamespace},
-			Spec:       l.templateSpec(i),
-		}
-		raw, err := json.Marshal(t)
+	for i, obj := range objects {
+		raw, err := json.Marshal(obj)
 		if err != nil {
 			return nil, err
 		}
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		resource := map[string]string{"Pod": "pods", "ResourceClaimTemplate": "resourceclaimtemplates"}[gvk.Kind]
 		body, err := json.Marshal(&admissionv1.AdmissionReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 			Request: &admissionv1.AdmissionRequest{
 				UID:       types.UID(fmt.Sprintf("review-%d", i)),
-				Kind:      metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaimTemplate"},
-				Resource:  metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaimtemplates"},
-				Name:      t.Name,
+				Kind:      metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
+				Resource:  metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resource},
 				Namespace: loadNamespace,
 				Operation: admissionv1.Create,
 				Object:    runtime.RawExtension{Raw: raw},
+				// Pods: the webhook plans the template and creates none.
+				DryRun: ptr.To(gvk.Kind == "Pod"),
 			},
 		})
 		if err != nil {
@@ -64,6 +62,26 @@ func newReviewer(w *webhook, l *loader, path string) (*reviewer, error) {
 		r.bodies = append(r.bodies, body)
 	}
 	return r, nil
+}
+
+// templateObjects are the loader's distinct templates, as the API server sends them.
+func (l *loader) templateObjects() []runtime.Object {
+	var out []runtime.Object
+	for i := range 12 {
+		out = append(out, &resourceapi.ResourceClaimTemplate{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("review-%d", i), Namespace: loadNamespace},
+			Spec:       l.templateSpec(i),
+		})
+	}
+	return out
+}
+
+// podObject is the loader's annotated pod as the API server sends it (generateName, no name yet).
+func (l *loader) podObject() []runtime.Object {
+	p := l.pod("")
+	p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	return []runtime.Object{p}
 }
 
 // review sends one AdmissionReview and fails unless the webhook allowed it.

@@ -135,7 +135,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		inv.kwokNodes = o.SchedNodes
 	}
 	l := &loader{cs: cs, driver: driver}
-	rv, err := newReviewer(w, l, ch.validatePath())
+	templates, err := newReviewer(w, ch.path(ch.validating.Webhooks[0].ClientConfig), l.templateObjects())
+	if err != nil {
+		return err
+	}
+	pods, err := newReviewer(w, ch.path(ch.mutating.Webhooks[0].ClientConfig), l.podObject())
 	if err != nil {
 		return err
 	}
@@ -164,8 +168,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		ph.Template = measure("template validation", o.Rate, count, l.template)
 		ph.Pod = measure("pod mutation", o.Rate, count, l.dryRunPod)
+		ph.PodDirect = measure("pod reviews to the webhook", o.Rate, count, pods.review)
 		if o.HighRate > 0 {
-			ph.High = measure("template reviews to the webhook", o.HighRate, int(o.Duration.Seconds()*float64(o.HighRate)), rv.review)
+			ph.High = measure("template reviews to the webhook", o.HighRate, int(o.Duration.Seconds()*float64(o.HighRate)), templates.review)
 		}
 		if ph.Status, err = timeStatus(ctx, o.KubectlDra, o.Kubeconfig); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -132,6 +133,7 @@ type webhook struct {
 	port, health, metric int
 	dir                  string
 	ca                   []byte
+	gogc                 int
 }
 
 // startWebhook writes a serving certificate for localhost and starts bin with the chart's flags,
@@ -148,6 +150,9 @@ func startWebhook(ctx context.Context, c *chart, bin, kubeconfig, nodeGroups, di
 		return nil, err
 	}
 	w := &webhook{dir: dir, ca: caCert}
+	if w.gogc, err = strconv.Atoi(gogc); err != nil || w.gogc <= 0 {
+		return nil, fmt.Errorf("webhook GOGC %q: want a positive number, e.g. 100", gogc)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -188,19 +193,17 @@ func startWebhook(ctx context.Context, c *chart, bin, kubeconfig, nodeGroups, di
 	return w, nil
 }
 
-// validatePath is where the chart sends templates.
-func (c *chart) validatePath() string {
-	for _, wh := range c.validating.Webhooks {
-		if wh.ClientConfig.URL != nil {
-			if i := strings.Index(*wh.ClientConfig.URL, "/validate"); i >= 0 {
-				return (*wh.ClientConfig.URL)[i:]
-			}
-		}
-		if s := wh.ClientConfig.Service; s != nil && s.Path != nil {
-			return *s.Path
+// path is the path of a webhook's URL (after install) or service reference.
+func (c *chart) path(cc admissionregistrationv1.WebhookClientConfig) string {
+	if cc.URL != nil {
+		if u, err := url.Parse(*cc.URL); err == nil {
+			return u.Path
 		}
 	}
-	return "/validate-resource-claim"
+	if cc.Service != nil && cc.Service.Path != nil {
+		return *cc.Service.Path
+	}
+	return "/"
 }
 
 func (w *webhook) url() string { return fmt.Sprintf("https://localhost:%d", w.port) }
@@ -236,8 +239,12 @@ func (w *webhook) stop() {
 // memory is the webhook's memory at one moment.
 type memory struct {
 	RSS, HWM  int64 // bytes: resident now, and at most so far
+	Anon      int64 // bytes: of RSS, anonymous (heap, stacks) rather than the binary's pages
 	HeapInuse int64 // bytes: go_memstats_heap_inuse_bytes
-	Synced    time.Duration
+	// Live is the heap the last collection found live: the next collection's target over
+	// 1+GOGC/100.
+	Live   int64
+	Synced time.Duration
 }
 
 func (w *webhook) memory() (memory, error) {
@@ -259,11 +266,21 @@ func (w *webhook) memory() (memory, error) {
 			m.RSS = kb << 10
 		case "VmHWM:":
 			m.HWM = kb << 10
+		case "RssAnon:":
+			m.Anon = kb << 10
 		}
 	}
 	v, err := w.metricValue("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return m, err
+	}
 	m.HeapInuse = int64(v)
-	return m, err
+	next, err := w.metricValue("go_memstats_next_gc_bytes")
+	if err != nil {
+		return m, err
+	}
+	m.Live = int64(next / (1 + float64(w.gogc)/100))
+	return m, nil
 }
 
 // metricValue reads one unlabelled sample from the webhook's /metrics.

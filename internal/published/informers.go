@@ -40,12 +40,17 @@ func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func(), keepAllocatable ...v1.ResourceName) *Informers {
 	dra := draclient.New(cs)
 	i := &Informers{onChange: onChange}
+	in := NewInterner()
 	i.slices = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return dra.ResourceSlices().List(ctx, o)
+			return in.listSlices(ctx, o, dra.ResourceSlices().List)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return dra.ResourceSlices().Watch(ctx, o)
+			w, err := dra.ResourceSlices().Watch(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, in.transformEvent), nil
 		},
 	}}, &resourceapi.ResourceSlice{}, resync, nil)
 	i.classes = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
@@ -56,9 +61,9 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 			return dra.DeviceClasses().Watch(ctx, o)
 		},
 	}}, &resourceapi.DeviceClass{}, resync, nil)
-	// Transforms run before the informers start, so setting them cannot fail.
-	in := NewInterner()
-	_ = i.slices.SetTransform(in.TransformSlice)
+	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
+	// never holds them decoded all at once. Transforms run before the informers start, so setting
+	// one cannot fail.
 	_ = i.classes.SetTransform(TransformClass)
 	i.factory = informers.NewSharedInformerFactoryWithOptions(cs, resync, informers.WithTransform(in.nodeLabelsOnly(keepAllocatable)))
 	i.nodes = i.factory.Core().V1().Nodes().Informer()

@@ -11,6 +11,8 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -30,7 +32,7 @@ func nodeSlice(t testing.TB, node string, spec nodegroups.GroupSpec) *resourceap
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.example.com-abcde", UID: "uid-" + "node", ResourceVersion: "42", Generation: 1,
 			Annotations:     map[string]string{"a": "b"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: "n"}},
-			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "plugin", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "plugin", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)}}},
 		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.example.com", NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}, Devices: devices},
 	}
 }
@@ -160,5 +162,70 @@ func TestSameNode(t *testing.T) {
 				t.Errorf("sameNode = %t, want %t", got, tc.same)
 			}
 		})
+	}
+}
+
+// TestListSlicesInPages: the informer's list reads pages at the latest resourceVersion, passes
+// each continue token on, and returns every item transformed.
+func TestListSlicesInPages(t *testing.T) {
+	var calls []metav1.ListOptions
+	pages := 3
+	list := func(_ context.Context, o metav1.ListOptions) (*resourceapi.ResourceSliceList, error) {
+		calls = append(calls, o)
+		n := len(calls)
+		page := &resourceapi.ResourceSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}
+		for i := range 2 {
+			page.Items = append(page.Items, *nodeSlice(t, fmt.Sprintf("n%d-%d", n, i), nodegroups.GroupSpec{}))
+		}
+		if n < pages {
+			page.Continue = fmt.Sprintf("token-%d", n)
+		}
+		return page, nil
+	}
+	out, err := NewInterner().listSlices(context.Background(), metav1.ListOptions{ResourceVersion: "0", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, FieldSelector: "x=y"}, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != pages || len(out.Items) != 2*pages || out.Continue != "" || out.ResourceVersion != "7" {
+		t.Fatalf("%d calls, %d items, continue %q, rv %q", len(calls), len(out.Items), out.Continue, out.ResourceVersion)
+	}
+	for i, o := range calls {
+		wantContinue := ""
+		if i > 0 {
+			wantContinue = fmt.Sprintf("token-%d", i)
+		}
+		if o.ResourceVersion != "" || o.ResourceVersionMatch != "" || o.Limit != listPageSize || o.Continue != wantContinue || o.FieldSelector != "x=y" {
+			t.Errorf("call %d: options %+v", i, o)
+		}
+	}
+	for _, s := range out.Items {
+		if s.ManagedFields != nil || s.OwnerReferences != nil || len(s.Spec.Devices) != 8 {
+			t.Errorf("item %s not transformed: %+v", s.Name, s.ObjectMeta)
+		}
+	}
+	failing := func(context.Context, metav1.ListOptions) (*resourceapi.ResourceSliceList, error) {
+		return nil, fmt.Errorf("boom")
+	}
+	if _, err := NewInterner().listSlices(context.Background(), metav1.ListOptions{}, failing); err == nil {
+		t.Error("list error lost")
+	}
+}
+
+// TestTransformEvent: watch events carry transformed slices; bookmarks and errors pass as sent.
+func TestTransformEvent(t *testing.T) {
+	in := NewInterner()
+	for _, typ := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted} {
+		e, ok := in.transformEvent(watch.Event{Type: typ, Object: nodeSlice(t, "n", nodegroups.GroupSpec{})})
+		if !ok || e.Type != typ || e.Object.(*resourceapi.ResourceSlice).ManagedFields != nil {
+			t.Errorf("%s: %v, %+v", typ, ok, e)
+		}
+	}
+	bookmark := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	if e, ok := in.transformEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !ok || e.Object != runtime.Object(bookmark) {
+		t.Errorf("bookmark changed: %+v", e)
+	}
+	status := &metav1.Status{Message: "too old"}
+	if e, ok := in.transformEvent(watch.Event{Type: watch.Error, Object: status}); !ok || e.Object != runtime.Object(status) {
+		t.Errorf("error event changed: %+v", e)
 	}
 }
