@@ -23,7 +23,7 @@ FUZZTIME ?= 10s
 # Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/clusterupgrade/.
 UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$')
 
-.PHONY: all build deps unit integration fuzz bench lint test e2e e2e-newest e2e-matrix e2e-upgrade demo \
+.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-upgrade demo \
 	cluster-up cluster-down images envtest-assets clean help
 
 all: build
@@ -57,6 +57,9 @@ fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
 
 bench: deps envtest-assets ## the README's benchmarks, COUNT=5 runs each, through benchstat
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat VEGETA=$(TOOLS)/vegeta hack/bench.sh
+
+scale: deps build ## the webhook and kubectl dra on 5,000 fake GPU nodes, a control plane without kubelets (not in `test`; SCALE_NODES=1,100,... shrinks it)
+	@hack/scale.sh
 
 lint: ## gofmt, go vet, staticcheck, every README target that needs Debian packages runs `make deps`
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the non-Kubernetes pieces of the local cluster from the Go module proxy, cached by version:
-# etcd, containerd 2.x (+ shim, ctr), cfssl (for hack/local-up-cluster.sh), crictl and helm.
-# usage: build-tools.sh [etcd|containerd|cfssl|crictl|helm]...   (default: all)
+# etcd, containerd 2.x (+ shim, ctr), cfssl (for hack/local-up-cluster.sh), crictl, helm and kwok
+# (fake nodes of `make scale`; not in the default set).
+# usage: build-tools.sh [etcd|containerd|cfssl|crictl|helm|kwok]...   (default: all but kwok)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -41,6 +42,9 @@ build_cfssl() {
 }
 build_crictl() {
   gobuild crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools sigs.k8s.io/cri-tools/cmd/crictl "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
+}
+build_kwok() {
+  gobuild kwok "$KWOK_VERSION" sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
 }
 build_helm() {
   gobuild helm "$HELM_VERSION" helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"

@@ -9,6 +9,7 @@ if [ "$_k8s_minor" -ge 37 ]; then ETCD_VERSION=${ETCD_VERSION:-v3.7.3}; else ETC
 CFSSL_VERSION=${CFSSL_VERSION:-v1.6.5}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
 HELM_VERSION=${HELM_VERSION:-v4.3.2}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 
 CACHE=${GPU_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-dra}
 # Runtime state of the running cluster (sockets, PKI, logs). One cluster per machine.

@@ -24,7 +24,8 @@ fi
 kbin=$(k8s_bin_dir "$K8S_VERSION")
 tbin=$(tools_bin_dir)
 "$HERE/build-k8s.sh" "$K8S_VERSION"
-"$HERE/build-tools.sh" etcd cfssl containerd crictl
+# A control plane alone needs neither containerd nor crictl.
+if [ "$MODE" = full ]; then "$HERE/build-tools.sh" etcd cfssl containerd crictl; else "$HERE/build-tools.sh" etcd cfssl; fi
 mkdir -p "$STATE"/{logs,run,certs,tmp,static-pods,cni/net.d,cni/ipam,etcd} "$RUN_DIR/containerd"
 mkdir -p /var/lib/kubelet/plugins /var/lib/kubelet/plugins_registry /etc/cdi /var/run/cdi /opt/cni/bin
 echo "$MODE" > "$STATE/run/mode"

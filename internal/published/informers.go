@@ -40,12 +40,17 @@ func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func(), keepAllocatable ...v1.ResourceName) *Informers {
 	dra := draclient.New(cs)
 	i := &Informers{onChange: onChange}
+	in := NewInterner()
 	i.slices = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return dra.ResourceSlices().List(ctx, o)
+			return in.listSlices(ctx, o, dra.ResourceSlices().List)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return dra.ResourceSlices().Watch(ctx, o)
+			w, err := dra.ResourceSlices().Watch(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, in.transformEvent), nil
 		},
 	}}, &resourceapi.ResourceSlice{}, resync, nil)
 	i.classes = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
@@ -56,30 +61,48 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 			return dra.DeviceClasses().Watch(ctx, o)
 		},
 	}}, &resourceapi.DeviceClass{}, resync, nil)
-	i.factory = informers.NewSharedInformerFactoryWithOptions(cs, resync, informers.WithTransform(nodeLabelsOnly(keepAllocatable)))
+	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
+	// never holds them decoded all at once. Transforms run before the informers start, so setting
+	// one cannot fail.
+	_ = i.classes.SetTransform(TransformClass)
+	i.factory = informers.NewSharedInformerFactoryWithOptions(cs, resync, informers.WithTransform(in.nodeLabelsOnly(keepAllocatable)))
 	i.nodes = i.factory.Core().V1().Nodes().Informer()
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { i.changed() },
 		UpdateFunc: func(any, any) { i.changed() },
 		DeleteFunc: func(any) { i.changed() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{i.slices, i.classes, i.nodes} {
+	for _, inf := range []cache.SharedIndexInformer{i.slices, i.classes} {
 		// Registration cannot fail before the informer runs.
 		_, _ = inf.AddEventHandler(handler)
 	}
+	// A node's status changes every few minutes (heartbeats, conditions) and, with the transform,
+	// leaves nothing the checks read changed: such an update must not throw away the View's index
+	// of thousands of nodes.
+	_, _ = i.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { i.changed() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*v1.Node)
+			n, ok2 := newObj.(*v1.Node)
+			if !ok1 || !ok2 || !sameNode(o, n) {
+				i.changed()
+			}
+		},
+		DeleteFunc: func(any) { i.changed() },
+	})
 	return i
 }
 
 // nodeLabelsOnly keeps what the allocator reads of a Node (name and labels), and of its
 // allocatable resources those in keep: a thousand full Node objects are megabytes of status
 // nobody here looks at.
-func nodeLabelsOnly(keep []v1.ResourceName) cache.TransformFunc {
+func (in *Interner) nodeLabelsOnly(keep []v1.ResourceName) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		n, ok := obj.(*v1.Node)
 		if !ok {
 			return obj, nil
 		}
-		out := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, ResourceVersion: n.ResourceVersion, UID: n.UID}}
+		out := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: in.labels(n.Labels), ResourceVersion: n.ResourceVersion, UID: n.UID}}
 		for _, name := range keep {
 			if q, ok := n.Status.Allocatable[name]; ok {
 				if out.Status.Allocatable == nil {

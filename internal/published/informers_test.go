@@ -24,7 +24,7 @@ func TestNodeTransform(t *testing.T) {
 		{keep: nil, want: nil},
 		{keep: []v1.ResourceName{"gpu.example.com/gpu", "example.com/gpu"}, want: v1.ResourceList{"gpu.example.com/gpu": resource.MustParse("4")}},
 	} {
-		out, err := nodeLabelsOnly(tc.keep)(node)
+		out, err := NewInterner().nodeLabelsOnly(tc.keep)(node)
 		if err != nil {
 			t.Fatal(err)
 		}

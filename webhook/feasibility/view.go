@@ -361,10 +361,13 @@ func (s *snapshot) projectionFor(refs []celcheck.Ref, opaque bool) *projection {
 			}
 			k = b.String()
 		}
-		p.keys[i] = k
-		if _, ok := p.groups[k]; !ok {
+		// Devices of a group share its first key: thousands of nodes of one shape keep one string.
+		if g, ok := p.groups[k]; ok {
+			k = p.keys[g[0]]
+		} else {
 			p.order = append(p.order, k)
 		}
+		p.keys[i] = k
 		p.groups[k] = append(p.groups[k], i)
 	}
 	s.projections[key] = p

@@ -1,0 +1,64 @@
+// Command scale runs `make scale`: the webhook and kubectl dra against a fleet of fake GPU nodes on
+// a local control plane (see package e2e/scale). hack/scale.sh starts the control plane and passes
+// the binaries.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/e2e/scale"
+)
+
+func main() {
+	o := scale.Options{Nodes: []int{1, 100, 1000, 5000}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second,
+		SchedNodes: 1000, SchedPods: 1000, Workers: 32, GOGC: "100", WorkDir: "_output/scale"}
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	klog.InitFlags(fs)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the control plane's kubeconfig")
+	fs.StringVar(&o.ChartRender, "chart-render", "charts/charttest/testdata/k8s-1.34.golden", "rendered chart whose classes, webhook configurations and webhook flags are used")
+	fs.StringVar(&o.NodeGroups, "node-groups", "e2e/scale/testdata/node-groups.yaml", "node-groups file of the fake fleet (plugin and webhook)")
+	fs.StringVar(&o.Webhook, "webhook", "_output/bin/gpu-webhook", "gpu-webhook binary")
+	fs.StringVar(&o.KubectlDra, "kubectl-dra", "_output/bin/kubectl-dra", "kubectl-dra binary (empty: no status timing)")
+	fs.StringVar(&o.Kwok, "kwok", "", "kwok binary (empty: no scheduling phase)")
+	fs.StringVar(&o.KwokStages, "kwok-stages", "", "directory of the sigs.k8s.io/kwok module, whose stages kwok runs")
+	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "certificates, logs and the report")
+	fs.StringVar(&o.GOGC, "webhook-gogc", o.GOGC, "GOGC of the webhook process")
+	fs.Func("nodes", "comma-separated fleet sizes, ascending (default 1,100,1000,5000)", func(s string) error {
+		o.Nodes = nil
+		for f := range strings.SplitSeq(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return err
+			}
+			o.Nodes = append(o.Nodes, n)
+		}
+		return nil
+	})
+	fs.IntVar(&o.Rate, "rate", o.Rate, "template and pod reviews per second in every phase")
+	fs.IntVar(&o.HighRate, "high-rate", o.HighRate, "template reviews per second at the smallest and largest fleet (0: skip)")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "length of each load")
+	fs.IntVar(&o.SchedNodes, "sched-nodes", o.SchedNodes, "fleet size (one of --nodes) whose nodes kwok runs and at which --sched-pods pods are placed")
+	fs.IntVar(&o.SchedPods, "sched-pods", o.SchedPods, "annotated pods created at --rate in the scheduling phase (0: skip)")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "nodes created and published at once")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := scale.Run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}

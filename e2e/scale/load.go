@@ -1,0 +1,122 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// warningsKey carries the counter of warnings of one load in its requests' context.
+type warningsKey struct{}
+
+// countWarnings is the harness client's warning handler: it counts instead of logging each.
+type countWarnings struct{}
+
+func (countWarnings) HandleWarningHeaderWithContext(ctx context.Context, code int, _ string, _ string) {
+	if n, ok := ctx.Value(warningsKey{}).(*atomic.Int64); ok && code == 299 {
+		n.Add(1)
+	}
+}
+
+// maxInFlight bounds the requests the driver has outstanding; a tick that finds them all busy is
+// counted as skipped rather than queued, so a stalled server cannot pile up unbounded work.
+const maxInFlight = 512
+
+// result is one load run: how many requests were sent at what rate, how they ended, and the
+// latency of those that got an answer from the API server (admitted or denied).
+type result struct {
+	Name     string
+	Rate     int
+	Sent     int
+	Skipped  int
+	Failed   int
+	Timeouts int // the API server could not get an answer from the webhook
+	Warned   int // admitted with a warning (e.g. the feasibility check's)
+	Lat      []time.Duration
+	FirstErr string
+}
+
+func (r *result) percentile(p float64) time.Duration {
+	if len(r.Lat) == 0 {
+		return 0
+	}
+	i := int(float64(len(r.Lat))*p+0.5) - 1
+	return r.Lat[min(max(i, 0), len(r.Lat)-1)]
+}
+
+func (r *result) P50() time.Duration { return r.percentile(0.50) }
+func (r *result) P99() time.Duration { return r.percentile(0.99) }
+
+func (r *result) String() string {
+	s := fmt.Sprintf("%s at %d/s: sent %d, p50 %s, p99 %s, max %s, warned %d, failed %d (webhook not answering %d), skipped %d",
+		r.Name, r.Rate, r.Sent, ms(r.P50()), ms(r.P99()), ms(r.percentile(1)), r.Warned, r.Failed, r.Timeouts, r.Skipped)
+	if r.FirstErr != "" {
+		s += ", first error: " + r.FirstErr
+	}
+	return s
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// drive calls op at rate per second for count calls (open loop: a slow answer does not slow the
+// sender), each with its own deadline, and collects the latencies.
+func drive(ctx context.Context, name string, rate, count int, op func(ctx context.Context, i int) error) *result {
+	r := &result{Name: name, Rate: rate}
+	var warned atomic.Int64
+	ctx = context.WithValue(ctx, warningsKey{}, &warned)
+	defer func() { r.Warned = int(warned.Load()) }()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxInFlight)
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := range count {
+		// Ticks are computed from the start, not slept one after another, so that the rate holds.
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			select {
+			case <-ctx.Done():
+				r.Skipped += count - i
+				wg.Wait()
+				return r
+			case <-time.After(d):
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			r.Skipped++
+			continue
+		}
+		r.Sent++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			t := time.Now()
+			err := op(octx, i)
+			d := time.Since(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				r.Failed++
+				if msg := err.Error(); strings.Contains(msg, "failed calling webhook") || strings.Contains(msg, "context deadline exceeded") {
+					r.Timeouts++
+				}
+				if r.FirstErr == "" {
+					r.FirstErr = err.Error()
+				}
+				return
+			}
+			r.Lat = append(r.Lat, d)
+		}()
+	}
+	wg.Wait()
+	slices.Sort(r.Lat)
+	return r
+}

@@ -1,0 +1,222 @@
+// Package scale measures the webhook and kubectl dra against a fleet of fake GPU nodes on a real
+// control plane with no kubelets (`make scale`): nodes are Node objects, their ResourceSlices are
+// published by the plugin's own code path (simulated devices of the node's group, the DRA library's
+// ResourceSlice controller), and kwok marks the nodes of the scheduling phase Ready and their pods
+// Running. The webhook runs as a local process with the chart's flags, behind the chart's webhook
+// configurations pointed at loopback. Every load is bounded in count and rate.
+package scale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+)
+
+// Options configure a run; every count is bounded by Validate.
+type Options struct {
+	Kubeconfig string
+	// ChartRender is a rendered chart (charts/charttest/testdata/k8s-*.golden).
+	ChartRender string
+	NodeGroups  string
+	Webhook     string // gpu-webhook binary
+	KubectlDra  string // kubectl-dra binary
+	Kwok        string // kwok binary; empty skips the scheduling phase
+	KwokStages  string // the sigs.k8s.io/kwok module directory, whose stages kwok runs
+	WorkDir     string
+	GOGC        string
+
+	// Nodes are the fleet sizes measured in turn, ascending.
+	Nodes []int
+	// Rate is the rate of templates and pods created through the API server in every phase, per
+	// second; HighRate that of template AdmissionReviews sent straight to the webhook.
+	Rate, HighRate int
+	// Duration of each load at each rate.
+	Duration time.Duration
+	// SchedNodes is the phase (one of Nodes) at which SchedPods annotated pods are created at
+	// Rate and placed on kwok nodes.
+	SchedNodes, SchedPods int
+	Workers               int
+}
+
+// Limits of Validate: the harness runs on one machine next to its control plane.
+const (
+	maxNodes    = 10_000
+	maxRate     = 5_000
+	maxDuration = 2 * time.Minute
+	maxPods     = 5_000
+)
+
+// Validate bounds every count and names the flag to fix.
+func (o *Options) Validate() error {
+	var errs []error
+	if len(o.Nodes) == 0 || !slices.IsSorted(o.Nodes) || o.Nodes[0] < 1 || o.Nodes[len(o.Nodes)-1] > maxNodes {
+		errs = append(errs, fmt.Errorf("--nodes=%v: want ascending sizes in 1..%d, e.g. 1,100,1000,5000", o.Nodes, maxNodes))
+	}
+	if o.Rate < 1 || o.Rate > maxRate || o.HighRate < 0 || o.HighRate > maxRate {
+		errs = append(errs, fmt.Errorf("--rate=%d, --high-rate=%d: want 1..%d (0 skips the high rate)", o.Rate, o.HighRate, maxRate))
+	}
+	if o.Duration <= 0 || o.Duration > maxDuration {
+		errs = append(errs, fmt.Errorf("--duration=%s: want up to %s", o.Duration, maxDuration))
+	}
+	if o.SchedPods < 0 || o.SchedPods > maxPods {
+		errs = append(errs, fmt.Errorf("--sched-pods=%d: want 0..%d", o.SchedPods, maxPods))
+	}
+	if o.Kwok != "" && o.SchedPods > 0 && !slices.Contains(o.Nodes, o.SchedNodes) {
+		errs = append(errs, fmt.Errorf("--sched-nodes=%d: must be one of --nodes %v", o.SchedNodes, o.Nodes))
+	}
+	if o.Workers < 1 || o.Workers > 256 {
+		errs = append(errs, fmt.Errorf("--workers=%d: want 1..256", o.Workers))
+	}
+	return errors.Join(errs...)
+}
+
+// loadNamespace holds the dry-run reviews and the scheduling phase's pods.
+const loadNamespace = "scale-load"
+
+// Run measures every phase and writes the report to out.
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	// The harness is the load; its own client must not be what limits the rate.
+	cfg.QPS, cfg.Burst = 1e5, 1e5
+	cfg.WarningHandlerWithContext = countWarnings{}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	groups, err := nodegroups.LoadConfig(o.NodeGroups)
+	if err != nil {
+		return fmt.Errorf("--node-groups: %w", err)
+	}
+	ch, err := readChart(o.ChartRender)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return err
+	}
+	w, err := startWebhook(ctx, ch, o.Webhook, o.Kubeconfig, o.NodeGroups, filepath.Join(o.WorkDir, "webhook"), o.GOGC)
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	if err := ch.install(ctx, cs, w.url(), w.ca); err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: loadNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if err := w.waitReady(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	driver := ch.classes[0].Name
+	inv := &inventory{cs: cs, groups: groups, driver: driver, workers: o.Workers}
+	if o.Kwok != "" && o.SchedPods > 0 {
+		inv.kwokNodes = o.SchedNodes
+	}
+	l := &loader{cs: cs, driver: driver}
+	templates, err := newReviewer(w, ch.path(ch.validating.Webhooks[0].ClientConfig), l.templateObjects())
+	if err != nil {
+		return err
+	}
+	pods, err := newReviewer(w, ch.path(ch.mutating.Webhooks[0].ClientConfig), l.podObject())
+	if err != nil {
+		return err
+	}
+	rep := &report{o: o}
+	have := 0
+	for _, n := range o.Nodes {
+		if err := inv.grow(ctx, have, n); err != nil {
+			return err
+		}
+		have = n
+		ph := &phase{Nodes: n}
+		// Settle: the webhook's informers take in the last slices, the process returns what the
+		// initial lists and the growth left over.
+		time.Sleep(5 * time.Second)
+		count := int(o.Duration.Seconds() * float64(o.Rate))
+		if ph.Mem, err = w.memory(); err != nil {
+			return err
+		}
+		// Each load is preceded by a second of the same, not counted: connections, TLS sessions and
+		// the caches of a new inventory are warm in every phase alike.
+		measure := func(name string, rate, count int, op func(context.Context, int) error) *result {
+			drive(ctx, name, rate, rate, op)
+			r := drive(ctx, name, rate, count, op)
+			logger.Info("Phase", "nodes", n, "result", r.String())
+			return r
+		}
+		ph.Template = measure("template validation", o.Rate, count, l.template)
+		ph.Pod = measure("pod mutation", o.Rate, count, l.dryRunPod)
+		ph.PodDirect = measure("pod reviews to the webhook", o.Rate, count, pods.review)
+		if o.HighRate > 0 {
+			ph.High = measure("template reviews to the webhook", o.HighRate, int(o.Duration.Seconds()*float64(o.HighRate)), templates.review)
+		}
+		if ph.Status, err = timeStatus(ctx, o.KubectlDra, o.Kubeconfig); err != nil {
+			return err
+		}
+		if n == o.SchedNodes && inv.kwokNodes > 0 {
+			if ph.Sched, err = schedule(ctx, o, cs, l, n); err != nil {
+				return err
+			}
+		}
+		// Memory again after the load: what the caches, the verdicts and the handlers hold.
+		if m, err := w.memory(); err == nil {
+			ph.MemAfter = m
+		}
+		logger.Info("Phase done", "nodes", n, "rssMiB", mib(ph.Mem.RSS), "rssAfterLoadMiB", mib(ph.MemAfter.RSS), "status", ph.Status)
+		rep.phases = append(rep.phases, ph)
+	}
+	// A webhook (re)started at the largest fleet lists everything at once, unlike the one above
+	// that took the fleet in node by node: its peak is what a memory limit must allow.
+	if rep.restart, err = restartedMemory(ctx, ch, o); err != nil {
+		return err
+	}
+	rep.print(out)
+	if f, err := os.Create(filepath.Join(o.WorkDir, "scale.md")); err == nil {
+		rep.print(f)
+		f.Close()
+	}
+	return nil
+}
+
+// restartedMemory starts a second webhook (not registered: it only syncs its caches) and reads its
+// memory 10 s after it is ready.
+func restartedMemory(ctx context.Context, ch *chart, o Options) (memory, error) {
+	w, err := startWebhook(ctx, ch, o.Webhook, o.Kubeconfig, o.NodeGroups, filepath.Join(o.WorkDir, "webhook-restart"), o.GOGC)
+	if err != nil {
+		return memory{}, err
+	}
+	defer w.stop()
+	start := time.Now()
+	if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+		return memory{}, err
+	}
+	synced := time.Since(start)
+	time.Sleep(10 * time.Second)
+	m, err := w.memory()
+	m.Synced = synced
+	return m, err
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

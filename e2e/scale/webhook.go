@@ -1,0 +1,336 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/certs"
+	"github.com/gpu-dra/gpu-dra/internal/manifest"
+)
+
+// chart is what the harness takes from one render of the chart (a golden file of charts/charttest):
+// the DeviceClasses, the webhook configurations and the webhook container's command and GOGC.
+type chart struct {
+	classes    []*resourceapi.DeviceClass
+	validating *admissionregistrationv1.ValidatingWebhookConfiguration
+	mutating   *admissionregistrationv1.MutatingWebhookConfiguration
+	command    []string
+	namespace  string
+}
+
+func readChart(path string) (*chart, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("chart render: %w", err)
+	}
+	c := &chart{}
+	for _, d := range manifest.Documents(data) {
+		if d.Err != nil {
+			// Documents the golden file holds besides objects (NOTES.txt); an object the harness
+			// needs that does not parse is missing below.
+			continue
+		}
+		var into any
+		switch d.GVK.Kind {
+		case "DeviceClass":
+			if d.GVK.Version != "v1" {
+				return nil, fmt.Errorf("chart render %s: DeviceClass %s is %s; use the render of a release serving resource.k8s.io/v1", path, d.Name, d.GVK.Version)
+			}
+			dc := &resourceapi.DeviceClass{}
+			c.classes, into = append(c.classes, dc), dc
+		case "ValidatingWebhookConfiguration":
+			c.validating = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			into = c.validating
+		case "MutatingWebhookConfiguration":
+			c.mutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
+			into = c.mutating
+		case "Deployment":
+			dep := &appsv1.Deployment{}
+			if err := yaml.Unmarshal(d.Raw, dep); err != nil {
+				return nil, fmt.Errorf("chart render %s: Deployment %s: %w", path, d.Name, err)
+			}
+			for _, ctr := range dep.Spec.Template.Spec.Containers {
+				if ctr.Name == "webhook" {
+					c.command, c.namespace = ctr.Command, dep.Namespace
+				}
+			}
+			continue
+		default:
+			continue
+		}
+		if err := yaml.Unmarshal(d.Raw, into); err != nil {
+			return nil, fmt.Errorf("chart render %s: %s %s: %w", path, d.GVK.Kind, d.Name, err)
+		}
+	}
+	if c.validating == nil || c.mutating == nil || len(c.command) == 0 || len(c.classes) == 0 {
+		return nil, fmt.Errorf("chart render %s: want DeviceClasses, both webhook configurations and the webhook Deployment", path)
+	}
+	return c, nil
+}
+
+// install creates the namespace, the classes and the webhook configurations, pointed at url
+// (https://localhost:PORT) and trusting ca.
+func (c *chart) install(ctx context.Context, cs kubernetes.Interface, url string, ca []byte) error {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", c.namespace, err)
+	}
+	for _, dc := range c.classes {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create DeviceClass %s: %w", dc.Name, err)
+		}
+	}
+	point := func(cc *admissionregistrationv1.WebhookClientConfig) {
+		path := ""
+		if cc.Service != nil && cc.Service.Path != nil {
+			path = *cc.Service.Path
+		}
+		u := url + path
+		cc.Service, cc.URL, cc.CABundle = nil, &u, ca
+	}
+	for i := range c.validating.Webhooks {
+		point(&c.validating.Webhooks[i].ClientConfig)
+	}
+	for i := range c.mutating.Webhooks {
+		point(&c.mutating.Webhooks[i].ClientConfig)
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, c.validating, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ValidatingWebhookConfiguration: %w", err)
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, c.mutating, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
+	}
+	return nil
+}
+
+// localOnly are the chart's flags that name in-cluster things; the harness sets its own.
+var localOnly = []string{"--node-groups", "--cert-dir", "--port", "--health-probe-bind-address", "--metrics-bind-address",
+	"--cert-mode", "--cert-secret", "--webhook-service", "--validating-webhook-config", "--mutating-webhook-config", "--host", "--namespace"}
+
+// webhook is the gpu-webhook process the harness runs on loopback.
+type webhook struct {
+	cmd                  *exec.Cmd
+	port, health, metric int
+	dir                  string
+	ca                   []byte
+	gogc                 int
+}
+
+// startWebhook writes a serving certificate for localhost and starts bin with the chart's flags,
+// loopback addresses, nodeGroups, and GOGC=gogc (no GOMEMLIMIT: the RSS measured is what the
+// process takes, not what a limit squeezes it into).
+func startWebhook(ctx context.Context, c *chart, bin, kubeconfig, nodeGroups, dir, gogc string) (*webhook, error) {
+	now := time.Now()
+	caCert, caKey, err := certs.NewCA("gpu-dra-scale", now, time.Hour*24)
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := certs.NewServing(caCert, caKey, []string{"localhost"}, now, time.Hour*24)
+	if err != nil {
+		return nil, err
+	}
+	w := &webhook{dir: dir, ca: caCert}
+	if w.gogc, err = strconv.Atoi(gogc); err != nil || w.gogc <= 0 {
+		return nil, fmt.Errorf("webhook GOGC %q: want a positive number, e.g. 100", gogc)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := certs.WriteFiles(filepath.Join(dir, "certs"), certs.Bundle{CACert: caCert, CAKey: caKey, Cert: cert, Key: key}); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	w.port, w.health, w.metric = ports[0], ports[1], ports[2]
+	args := []string{}
+	for _, a := range c.command[1:] {
+		name, _, _ := strings.Cut(a, "=")
+		keep := true
+		for _, l := range localOnly {
+			keep = keep && name != l
+		}
+		if keep {
+			args = append(args, a)
+		}
+	}
+	args = append(args, "--node-groups="+nodeGroups, "--cert-dir="+filepath.Join(dir, "certs"), "--cert-mode=file",
+		"--host=127.0.0.1", fmt.Sprintf("--port=%d", w.port),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", w.health),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", w.metric), "--namespace="+c.namespace)
+	log, err := os.Create(filepath.Join(dir, "webhook.log"))
+	if err != nil {
+		return nil, err
+	}
+	w.cmd = exec.Command(bin, args...)
+	w.cmd.Stdout, w.cmd.Stderr = log, log
+	w.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "GOGC="+gogc, "GOMEMLIMIT=off")
+	klog.FromContext(ctx).Info("Starting the webhook", "binary", bin, "args", args, "GOGC", gogc, "log", log.Name())
+	if err := w.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	return w, nil
+}
+
+// path is the path of a webhook's URL (after install) or service reference.
+func (c *chart) path(cc admissionregistrationv1.WebhookClientConfig) string {
+	if cc.URL != nil {
+		if u, err := url.Parse(*cc.URL); err == nil {
+			return u.Path
+		}
+	}
+	if cc.Service != nil && cc.Service.Path != nil {
+		return *cc.Service.Path
+	}
+	return "/"
+}
+
+func (w *webhook) url() string { return fmt.Sprintf("https://localhost:%d", w.port) }
+
+// waitReady waits for /readyz: server up and inventory caches synced.
+func (w *webhook) waitReady(ctx context.Context, timeout time.Duration) error {
+	return poll(ctx, timeout, "webhook /readyz", func() (bool, error) {
+		if w.cmd.ProcessState != nil {
+			return false, fmt.Errorf("webhook exited: %s (log: %s)", w.cmd.ProcessState, filepath.Join(w.dir, "webhook.log"))
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", w.health))
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+func (w *webhook) stop() {
+	if w.cmd.Process != nil {
+		_ = w.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = w.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = w.cmd.Process.Kill()
+		}
+	}
+}
+
+// memory is the webhook's memory at one moment.
+type memory struct {
+	RSS, HWM  int64 // bytes: resident now, and at most so far
+	Anon      int64 // bytes: of RSS, anonymous (heap, stacks) rather than the binary's pages
+	HeapInuse int64 // bytes: go_memstats_heap_inuse_bytes
+	// Live is the heap the last collection found live: the next collection's target over
+	// 1+GOGC/100.
+	Live   int64
+	Synced time.Duration
+}
+
+func (w *webhook) memory() (memory, error) {
+	var m memory
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid))
+	if err != nil {
+		return m, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch fields[0] {
+		case "VmRSS:":
+			m.RSS = kb << 10
+		case "VmHWM:":
+			m.HWM = kb << 10
+		case "RssAnon:":
+			m.Anon = kb << 10
+		}
+	}
+	v, err := w.metricValue("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return m, err
+	}
+	m.HeapInuse = int64(v)
+	next, err := w.metricValue("go_memstats_next_gc_bytes")
+	if err != nil {
+		return m, err
+	}
+	m.Live = int64(next / (1 + float64(w.gogc)/100))
+	return m, nil
+}
+
+// metricValue reads one unlabelled sample from the webhook's /metrics.
+func (w *webhook) metricValue(name string) (float64, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", w.metric))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, errors.Join(s.Err(), fmt.Errorf("metric %s not found", name))
+}
+
+func freePorts(n int) ([]int, error) {
+	var out []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+// poll calls cond every 100 ms until it is true, fails or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make scale`: the webhook and kubectl dra on a fleet of fake GPU nodes (e2e/scale). Starts a
+# control plane without kubelets (e2e/cluster/up.sh MODE=controlplane), runs the harness, stops the
+# control plane. Loopback only; every load is bounded (e2e/scale Options.Validate).
+#   SCALE_NODES=1,100,1000,5000  fleet sizes, ascending (the first is the baseline)
+#   SCALE_RATE=200 SCALE_HIGH_RATE=1000 SCALE_DURATION=10s  review rates and length of each load
+#   SCALE_SCHED_NODES=1000 SCALE_SCHED_PODS=1000  the scheduling phase (kwok nodes, real pods)
+#   SCALE_GOGC=100  GOGC of the webhook process
+set -euo pipefail
+source "$(dirname "$0")/../e2e/cluster/lib.sh"
+REPO=$(cd "$HERE/../.." && pwd)
+cd "$REPO"
+
+nodes=${SCALE_NODES:-1,100,1000,5000}
+last=${nodes##*,}
+sched_nodes=${SCALE_SCHED_NODES:-$(( last < 1000 ? last : 1000 ))}
+minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+render=charts/charttest/testdata/k8s-1.$minor.golden
+[ -f "$render" ] || render=charts/charttest/testdata/k8s-1.34.golden
+
+if cluster_running; then
+  die "a local cluster is already running; 'make scale' starts its own control plane: 'make cluster-down' first"
+fi
+"$HERE/build-tools.sh" kwok
+kwok_stages=$(cd "$CACHE/tools-build/kwok-$KWOK_VERSION" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+trap '"$HERE/down.sh"' EXIT
+MODE=controlplane "$HERE/up.sh"
+mkdir -p _output/scale
+step "fleet scale on Kubernetes v$K8S_VERSION: nodes $nodes (log: _output/scale/scale.log)"
+go build -o _output/bin/scale ./e2e/cmd/scale
+_output/bin/scale --kubeconfig "$KUBECONFIG_PATH" --chart-render "$render" \
+  --kwok "$(tools_bin_dir)/kwok" --kwok-stages "$kwok_stages" \
+  --nodes "$nodes" --sched-nodes "$sched_nodes" --sched-pods "${SCALE_SCHED_PODS:-1000}" \
+  --rate "${SCALE_RATE:-200}" --high-rate "${SCALE_HIGH_RATE:-1000}" --duration "${SCALE_DURATION:-10s}" \
+  --webhook-gogc "${SCALE_GOGC:-100}" 2> >(tee _output/scale/scale.log >&2)

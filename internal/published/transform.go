@@ -1,0 +1,267 @@
+package published
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// The informers keep what the checks read and share what repeats. A fleet is thousands of nodes
+// publishing the same few device shapes: without this, 5,000 nodes × 8 GPUs hold 40,000 copies of
+// the same capacity map, 40,000 copies of each attribute name and model string, and each slice its
+// managedFields (a field set per device). The cached objects are read-only (as every informer
+// cache is), so equal parts can be one value.
+
+// sliceMeta keeps of a slice's metadata what identifies it; the allocator and the View read
+// only the spec and the name.
+func (in *Interner) sliceMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: in.labels(m.Labels)}
+}
+
+// TransformSlice is the ResourceSlice informer's transform: metadata stripped to sliceMeta,
+// devices with interned strings and shared capacity and attribute maps. It returns a new object
+// and leaves obj alone. Anything but a *ResourceSlice passes through (tombstones).
+func (in *Interner) TransformSlice(obj any) (any, error) {
+	s, ok := obj.(*resourceapi.ResourceSlice)
+	if !ok {
+		return obj, nil
+	}
+	out := &resourceapi.ResourceSlice{TypeMeta: s.TypeMeta, ObjectMeta: in.sliceMeta(&s.ObjectMeta), Spec: s.Spec}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out.Spec.Driver = *in.str(s.Spec.Driver)
+	if s.Spec.Devices != nil {
+		out.Spec.Devices = make([]resourceapi.Device, len(s.Spec.Devices))
+		for i := range s.Spec.Devices {
+			d := s.Spec.Devices[i]
+			d.Name = *in.str(d.Name)
+			d.Attributes = in.attributes(d.Attributes)
+			d.Capacity = in.capacity(d.Capacity)
+			out.Spec.Devices[i] = d
+		}
+	}
+	return out, nil
+}
+
+// listPageSize is the page of the slice informer's lists.
+const listPageSize = 500
+
+// listSlices is the slice informer's list: in pages, each transformed as it arrives. A single list
+// (what an informer asks for, served whole from the API server's cache) of 5,000 nodes' slices is
+// 5,000 fully decoded slices next to their transformed copies: the webhook's peak memory at a
+// restart, twice what it keeps. Pages are read at one resourceVersion, the latest: never older than
+// what the informer asked for.
+func (in *Interner) listSlices(ctx context.Context, o metav1.ListOptions, list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceSliceList, error)) (*resourceapi.ResourceSliceList, error) {
+	o.ResourceVersion, o.ResourceVersionMatch, o.Limit, o.Continue = "", "", listPageSize, ""
+	var out *resourceapi.ResourceSliceList
+	for {
+		page, err := list(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		for i := range page.Items {
+			t, err := in.TransformSlice(&page.Items[i])
+			if err != nil {
+				return nil, err
+			}
+			page.Items[i] = *t.(*resourceapi.ResourceSlice)
+		}
+		if out == nil {
+			out = page
+		} else {
+			out.Items = append(out.Items, page.Items...)
+		}
+		if page.Continue == "" {
+			break
+		}
+		o.Continue = page.Continue
+	}
+	out.Continue, out.RemainingItemCount = "", nil
+	return out, nil
+}
+
+// transformEvent transforms the slice of a watch event; bookmarks and errors pass unchanged.
+func (in *Interner) transformEvent(e watch.Event) (watch.Event, bool) {
+	switch e.Type {
+	case watch.Added, watch.Modified, watch.Deleted:
+		if obj, err := in.TransformSlice(e.Object); err == nil {
+			e.Object = obj.(runtime.Object)
+		}
+	}
+	return e, true
+}
+
+// TransformClass is the DeviceClass informer's transform: no managedFields, annotations or owners.
+func TransformClass(obj any) (any, error) {
+	c, ok := obj.(*resourceapi.DeviceClass)
+	if !ok {
+		return obj, nil
+	}
+	out := &resourceapi.DeviceClass{TypeMeta: c.TypeMeta, Spec: c.Spec,
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion, Generation: c.Generation, Labels: c.Labels}}
+	return out, nil
+}
+
+// maxShared bounds each table of shared maps. Past it the table starts over: objects keep what
+// they share, later ones share anew. Only a driver publishing more distinct shapes than this
+// (every device different) fills it, and then sharing would not pay anyway.
+const maxShared = 4096
+
+// Interner shares equal strings, attribute values, attribute maps and capacity maps between the
+// objects the informers cache. Safe for concurrent use; the zero value is not usable, use
+// NewInterner.
+type Interner struct {
+	mu sync.Mutex
+	// strs holds one copy of each string seen (names, models, versions, label values), and the
+	// pointer attribute values share.
+	strs     map[string]*string
+	attrMaps map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	capMaps  map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
+}
+
+// NewInterner returns an empty Interner.
+func NewInterner() *Interner {
+	return &Interner{
+		strs:     map[string]*string{},
+		attrMaps: map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{},
+		capMaps:  map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{},
+	}
+}
+
+// str returns the shared copy of s; in.mu must be held. Strings that never repeat (uuids, node
+// names) pass through the table too: telling them apart would cost more than the table, which
+// starts over at maxShared entries.
+func (in *Interner) str(s string) *string {
+	if p, ok := in.strs[s]; ok {
+		return p
+	}
+	if len(in.strs) >= maxShared {
+		clear(in.strs)
+	}
+	p := &s
+	in.strs[s] = p
+	return p
+}
+
+// smallInts are shared pointers for the integer attributes that repeat everywhere (indexes,
+// counts); others get their own.
+var smallInts = func() (out [256]int64) {
+	for i := range out {
+		out[i] = int64(i)
+	}
+	return out
+}()
+
+var boolValues = [2]bool{false, true}
+
+func (in *Interner) attribute(a resourceapi.DeviceAttribute) resourceapi.DeviceAttribute {
+	switch {
+	case a.IntValue != nil:
+		if v := *a.IntValue; v >= 0 && v < int64(len(smallInts)) {
+			return resourceapi.DeviceAttribute{IntValue: &smallInts[v]}
+		}
+	case a.BoolValue != nil:
+		if *a.BoolValue {
+			return resourceapi.DeviceAttribute{BoolValue: &boolValues[1]}
+		}
+		return resourceapi.DeviceAttribute{BoolValue: &boolValues[0]}
+	case a.StringValue != nil:
+		return resourceapi.DeviceAttribute{StringValue: in.str(*a.StringValue)}
+	case a.VersionValue != nil:
+		return resourceapi.DeviceAttribute{VersionValue: in.str(*a.VersionValue)}
+	}
+	return a
+}
+
+// attributes (in.mu held) returns a map equal to attrs: an identical one seen before, or a copy with interned
+// names and values. Devices whose attributes differ (a uuid each) share at least those.
+func (in *Interner) attributes(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	if attrs == nil {
+		return nil
+	}
+	key, ok := shapeKey(attrs)
+	if !ok {
+		return attrs
+	}
+	if m, ok := in.attrMaps[key]; ok {
+		return m
+	}
+	m := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(attrs))
+	for n, a := range attrs {
+		m[resourceapi.QualifiedName(*in.str(string(n)))] = in.attribute(a)
+	}
+	if len(in.attrMaps) >= maxShared {
+		clear(in.attrMaps)
+	}
+	in.attrMaps[key] = m
+	return m
+}
+
+// capacity (in.mu held) returns a map equal to caps, shared with every device of the same capacities.
+func (in *Interner) capacity(caps map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+	if caps == nil {
+		return nil
+	}
+	key, ok := shapeKey(caps)
+	if !ok {
+		return caps
+	}
+	if m, ok := in.capMaps[key]; ok {
+		return m
+	}
+	m := make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(caps))
+	for n, c := range caps {
+		m[resourceapi.QualifiedName(*in.str(string(n)))] = c
+	}
+	if len(in.capMaps) >= maxShared {
+		clear(in.capMaps)
+	}
+	in.capMaps[key] = m
+	return m
+}
+
+// shapeKey encodes a map canonically (JSON sorts map keys): equal keys are equal maps. Different
+// spellings of one quantity ("1Gi", "1024Mi") get different keys and are merely not shared.
+func shapeKey(m any) (string, bool) {
+	data, err := json.Marshal(m)
+	return string(data), err == nil
+}
+
+// labels copies labels with shared keys and values: nodes repeat the same few.
+func (in *Interner) labels(labels map[string]string) map[string]string {
+	if labels == nil {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make(map[string]string, len(labels))
+	for k, v := range labels {
+		out[*in.str(k)] = *in.str(v)
+	}
+	return out
+}
+
+// sameNode reports whether two transformed nodes look the same to the checks (labels and the
+// allocatable resources kept); a status heartbeat changes neither.
+func sameNode(a, b *v1.Node) bool {
+	if a.Name != b.Name || len(a.Labels) != len(b.Labels) || len(a.Status.Allocatable) != len(b.Status.Allocatable) {
+		return false
+	}
+	for k, v := range a.Labels {
+		if w, ok := b.Labels[k]; !ok || w != v {
+			return false
+		}
+	}
+	for k, q := range a.Status.Allocatable {
+		if r, ok := b.Status.Allocatable[k]; !ok || q.Cmp(r) != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,148 @@
+package feasibility
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
+)
+
+// transformed passes objects through the informers' transforms, as the webhook caches them.
+func transformed(t testing.TB, st *published.Objects) *published.Objects {
+	t.Helper()
+	in := published.NewInterner()
+	out := &published.Objects{Nodes: st.Nodes}
+	for _, s := range st.Slices {
+		o, err := in.TransformSlice(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Slices = append(out.Slices, o.(*resourceapi.ResourceSlice))
+	}
+	for _, c := range st.Classes {
+		o, err := published.TransformClass(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Classes = append(out.Classes, o.(*resourceapi.DeviceClass))
+	}
+	return out
+}
+
+// TestTransformedInventoryAnswersTheSame: the view over the informers' transformed objects
+// (stripped metadata, shared maps) gives every claim of testdata/claims.yaml the answer it gives
+// over the objects as published.
+func TestTransformedInventoryAnswersTheSame(t *testing.T) {
+	ctx := context.Background()
+	data, err := os.ReadFile("testdata/claims.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []claimCase
+	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	st := testCluster()
+	checker := celcheck.New(driver, deviceschema.DeviceSchema())
+	plain, shared := New(st, checker), New(transformed(t, st), checker)
+	plain.timeout, shared.timeout = time.Minute, time.Minute
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			spec := tc.Spec.DeepCopy()
+			resourceversion.Default(spec)
+			want, err := plain.Unsatisfiable(ctx, "default", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := shared.Unsatisfiable(ctx, "default", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want || want != tc.Message {
+				t.Fatalf("transformed objects: %q, as published: %q, want %q", got, want, tc.Message)
+			}
+		})
+	}
+}
+
+// simulatedFleet is nodes nodes of the plugin's simulated GPUs (8 each, three models), as the API server
+// returns them: decoded from JSON, so no two objects share anything.
+func simulatedFleet(b *testing.B, nodes int) *published.Objects {
+	b.Helper()
+	groups := []nodegroups.GroupSpec{{}, {Model: "H200-SXM-141GB"}, {Model: "L4"}}
+	st := &published.Objects{Classes: classes()}
+	for i := range nodes {
+		name := fmt.Sprintf("node-%05d", i)
+		res, err := plugin.Resources(context.Background(), name, simulated.New(name, groups[i%len(groups)]))
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu.example.com-x7k2p", UID: "0b7a4d8e-uid", ResourceVersion: "12345"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &name, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
+				Devices: res.Pools[name].Slices[0].Devices}}
+		data, err := json.Marshal(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		decoded := &resourceapi.ResourceSlice{}
+		if err := json.Unmarshal(data, decoded); err != nil {
+			b.Fatal(err)
+		}
+		st.Slices = append(st.Slices, decoded)
+		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}})
+	}
+	return st
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkInventoryMemory reports the heap a node of 8 GPUs costs the webhook: its slice as
+// decoded, as the informer keeps it after the transforms, and the View's index over those.
+//
+//	go test -run '^$' -bench BenchmarkInventoryMemory -benchtime 3x ./webhook/feasibility
+func BenchmarkInventoryMemory(b *testing.B) {
+	const nodes = 1000
+	checker := celcheck.New(driver, deviceschema.DeviceSchema())
+	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "gpu", Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.example.com"].model == "L4"`}}}}}}}}
+	resourceversion.Default(spec)
+	for b.Loop() {
+		start := heapInUse()
+		st := simulatedFleet(b, nodes)
+		decoded := heapInUse()
+		shared := transformed(b, st)
+		st.Slices = nil
+		kept := heapInUse()
+		view := New(shared, checker)
+		if msg, err := view.Unsatisfiable(context.Background(), "default", spec); err != nil || msg != "" {
+			b.Fatalf("L4 GPU unsatisfiable: %q, %v", msg, err)
+		}
+		indexed := heapInUse()
+		b.ReportMetric(float64(decoded-start)/nodes, "decoded-B/node")
+		b.ReportMetric(float64(kept-start)/nodes, "cached-B/node")
+		b.ReportMetric(float64(indexed-kept)/nodes, "view-B/node")
+		runtime.KeepAlive(view)
+		runtime.KeepAlive(shared)
+	}
+}
