@@ -103,7 +103,8 @@ func (inv *inventory) addNode(ctx context.Context, i int) error {
 // nothing changes afterwards, and 5,000 idle controllers would only hold 5,000 watches.
 func (inv *inventory) publish(ctx context.Context, node *corev1.Node) error {
 	_, spec := inv.groups.GroupFor(node.Labels)
-	resources, err := plugin.Resources(ctx, node.Name, simulated.New(node.Name, spec))
+	// The fleet's node groups share no counters (no partitioned group), so the layout is moot.
+	resources, err := plugin.Resources(ctx, node.Name, simulated.New(node.Name, spec), plugin.CountersInOwnSlices)
 	if err != nil {
 		return err
 	}
