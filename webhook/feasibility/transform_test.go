@@ -89,7 +89,7 @@ func simulatedFleet(b *testing.B, nodes int) *published.Objects {
 	st := &published.Objects{Classes: classes()}
 	for i := range nodes {
 		name := fmt.Sprintf("node-%05d", i)
-		res, err := plugin.Resources(context.Background(), name, simulated.New(name, groups[i%len(groups)]))
+		res, err := plugin.Resources(context.Background(), name, simulated.New(name, groups[i%len(groups)]), plugin.CountersInOwnSlices)
 		if err != nil {
 			b.Fatal(err)
 		}
