@@ -46,6 +46,8 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 	// most is, per requested capacity, the largest amount a selected device could set aside.
 	most := map[string]resource.Quantity{}
 	missing := map[string]int{}
+	// heldBySome: some selected device could hold the request's amount of this capacity.
+	heldBySome := map[string]bool{}
 	for d, m := range dm.matched {
 		if !m {
 			continue
@@ -64,7 +66,9 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 			if cur, ok := most[n]; !ok || limit.Cmp(cur) > 0 {
 				most[n] = limit
 			}
-			if !holds(c, capacity.Requests[resourceapi.QualifiedName(n)]) {
+			if holds(c, capacity.Requests[resourceapi.QualifiedName(n)]) {
+				heldBySome[n] = true
+			} else {
 				fits = false
 			}
 		}
@@ -78,8 +82,14 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 	}
 	why := ""
 	if selected > 0 && countMatched(out) == 0 {
-		parts := make([]string, 0, len(names))
-		for _, n := range names {
+		// Name the capacities no device holds; when each is held by some device, but never all of
+		// them by one, name them all.
+		short := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return heldBySome[n] })
+		if len(short) == 0 {
+			short = names
+		}
+		parts := make([]string, 0, len(short))
+		for _, n := range short {
 			q := capacity.Requests[resourceapi.QualifiedName(n)]
 			switch m, ok := most[n]; {
 			case !ok:
