@@ -199,7 +199,12 @@ func sharingThroughWebhook(t *testing.T, c *framework.Cluster, version, ns strin
 	onDevice := map[string]int{}
 	for name, r := range results {
 		onDevice[r.Device]++
-		t.Logf("%s: %s request %s share %q consumed %v", name, r.Device, r.Request, ptr.Deref(r.ShareID, ""), r.ConsumedCapacity)
+		consumed := make([]string, 0, len(r.ConsumedCapacity))
+		for n, q := range r.ConsumedCapacity {
+			consumed = append(consumed, string(n)+"="+q.String())
+		}
+		sort.Strings(consumed)
+		t.Logf("%s: %s request %s share %q consumed %v", name, r.Device, r.Request, ptr.Deref(r.ShareID, ""), consumed)
 	}
 	for name, memory := range map[string]string{"share-30": "30Gi", "annotated-share": "10Gi"} {
 		c.WaitForPodPhase(t, ns, name, 2*time.Minute, corev1.PodRunning)
