@@ -36,9 +36,29 @@ if [ ! -d charts/gpu-dra ]; then
   add "smoke pod: $(kubectl -n "$NS" logs demo-smoke)"
 else
   "$HERE/build-tools.sh" helm   # cold: about 2 minutes, with its own progress lines
-  step "installing the chart (helm upgrade --install gpu-dra charts/gpu-dra -n gpu-dra)"
+  # Sharing a GPU's memory needs an API server that keeps allowMultipleAllocations (consumable
+  # capacity, on by default from 1.36): a dry-run slice tells, as the plugin's own probe does.
+  shares=$(kubectl create --dry-run=server -o jsonpath='{.spec.devices[0].allowMultipleAllocations}' -f - 2>/dev/null <<'YAML' || true
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {generateName: demo-probe-}
+spec:
+  driver: probe.example.com
+  allNodes: true
+  pool: {name: probe, resourceSliceCount: 1}
+  devices:
+  - name: d
+    allowMultipleAllocations: true
+    capacity: {memory: {value: 1Gi}}
+YAML
+)
+  sharing=()
+  # Whole-GPU claims (the seed's, count-only pods) still get a whole GPU: a claim that names no
+  # memory takes all of it. Pods with gpu.example.com/memory get a share.
+  [ "$shares" = true ] && sharing=(--set 'inventory.nodeGroups[0].name=shared' --set 'inventory.nodeGroups[0].sharing.mode=shared-memory')
+  step "installing the chart (helm upgrade --install gpu-dra charts/gpu-dra -n gpu-dra${sharing[*]:+ ${sharing[*]}})"
   helm upgrade --install gpu-dra charts/gpu-dra -n gpu-dra --create-namespace --wait --timeout 5m \
-    --set image.repository="${PROJECT_IMAGE%:*}" --set image.tag="${PROJECT_IMAGE##*:}" --set image.pullPolicy=Never >/dev/null
+    --set image.repository="${PROJECT_IMAGE%:*}" --set image.tag="${PROJECT_IMAGE##*:}" --set image.pullPolicy=Never "${sharing[@]}" >/dev/null
   note "chart installed: $(kubectl -n gpu-dra get pods --no-headers | awk '{print $1" "$3}' | tr '\n' ';' )"
 
   tmpl=$SEED/resourceclaimtemplate.v1.yaml
@@ -85,6 +105,44 @@ YAML
   kubectl -n "$NS" wait --for=condition=Ready pod/demo-annotated --timeout=120s >/dev/null
   add "annotated pod demo-annotated: $(kubectl -n "$NS" get pod demo-annotated -o jsonpath='{.spec.resourceClaims[0].resourceClaimTemplateName}') injected"
   while read -r line; do add "  $line"; done < <(kubectl -n "$NS" exec demo-annotated -- sh -c 'env | grep -E "^GPU_DEVICE_[0-9]+=" | sort')
+
+  step "two pods sharing one GPU's memory (annotation gpu.example.com/memory)"
+  if [ "$shares" != true ]; then
+    add "memory sharing: skipped: needs 1.36+ (this API server does not serve consumable capacity, DRAConsumableCapacity)"
+  else
+    for p in a b; do
+      kubectl -n "$NS" delete pod "demo-share-$p" --ignore-not-found --wait >/dev/null
+      kubectl -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: demo-share-$p
+  annotations:
+    gpu.example.com/count: "1"
+    gpu.example.com/memory: 10Gi
+spec:
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: busybox:1.37.0-glibc
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "sleep 600"]
+YAML
+    done
+    devices=()
+    for p in a b; do
+      kubectl -n "$NS" wait --for=condition=Ready "pod/demo-share-$p" --timeout=120s >/dev/null
+      claim=$(kubectl -n "$NS" get pod "demo-share-$p" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')
+      devices+=("$(kubectl -n "$NS" get resourceclaim "$claim" -o jsonpath='{.status.allocation.devices.results[0].device} share {.status.allocation.devices.results[0].shareID}')")
+      add "shared pod demo-share-$p: claim $claim, ${devices[-1]}"
+      while read -r line; do add "  $line"; done < <(kubectl -n "$NS" exec "demo-share-$p" -- sh -c 'env | grep ^GPU_DEVICE | sort')
+    done
+    if [ "${devices[0]%% *}" = "${devices[1]%% *}" ]; then
+      add "  both pods share ${devices[0]%% *}: 10Gi of its memory each"
+    else
+      add "  the pods got shares of different GPUs: ${devices[0]%% *}, ${devices[1]%% *}"
+    fi
+  fi
 
   step "a template with a typo in its selector"
   bad=$(sed 's/\.model ==/.modle ==/' "$tmpl" | sed 's/name: example$/name: example-typo/' | kubectl -n "$NS" apply --dry-run=server -f - 2>&1 || true)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
+	"github.com/gpu-dra/gpu-dra/internal/manifest"
 )
 
 const sharingFallbackLine = "Node group sharing falls back to exclusive"
@@ -139,9 +141,95 @@ func TestSharedMemory(t *testing.T) {
 		}
 	})
 
+	t.Run("webhook", func(t *testing.T) { sharingThroughWebhook(t, c, version, ns, kept) })
+
 	t.Run("plugin log", func(t *testing.T) {
 		checkFallbackLine(t, c, kept, `group="shared" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`)
 	})
+}
+
+// sharingThroughWebhook applies testdata/sharing-webhook.yaml beside the upstream demo's shares
+// (issue 17): where the cluster shares GPUs, the 30Gi claim is admitted quietly and its pod gets a
+// share of a GPU another claim shares too, the 200Gi claim is warned about with the capacity
+// named, and the pod asking with annotations for 10Gi gets a 10Gi share (its container sees
+// _MEMORY). Elsewhere the API server drops the capacity requests: whole GPUs, no warning.
+func sharingThroughWebhook(t *testing.T, c *framework.Cluster, version, ns string, kept bool) {
+	data, err := os.ReadFile(filepath.Join("testdata", "sharing-webhook.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version != "v1" {
+		if data, _, err = manifest.Rewrite(data, version); err != nil {
+			t.Fatalf("convert to %s: %v", version, err)
+		}
+	}
+	docs := strings.Split(string(data), "\n---\n")
+	oversize := docs[len(docs)-1]
+	_, warnings := c.KubectlWarnings(t, []byte(strings.Join(docs[:len(docs)-1], "\n---\n")), "-n", ns, "apply", "-f", "-")
+	t.Logf("apply: warnings %q", warnings)
+	if strings.Contains(warnings, "share-30") || strings.Contains(warnings, "nothing currently published") || strings.Contains(warnings, "held now") {
+		t.Errorf("the 30Gi share and the annotated pod were warned about: %s", warnings)
+	}
+	_, warnings = c.KubectlWarnings(t, []byte(oversize), "-n", ns, "apply", "--dry-run=server", "-f", "-")
+	want := "nothing currently published can satisfy the claim: request gpu: 8 published devices match its class and selectors, but none can hold its capacity requests: memory 200Gi requested, at most 80Gi on a device"
+	t.Logf("200Gi claim: warnings %q", warnings)
+	if strings.Contains(warnings, want) != kept {
+		t.Errorf("200Gi claim: warnings %q; want %q: %v", warnings, want, kept)
+	}
+
+	dra := draclient.New(c.Clientset).ResourceClaims(ns)
+	results := map[string]resourceapi.DeviceRequestAllocationResult{}
+	framework.Eventually(t, 2*time.Minute, "every claim in "+ns+" allocated", func() (bool, error) {
+		list, err := dra.List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cl := range list.Items {
+			if cl.Status.Allocation == nil || len(cl.Status.Allocation.Devices.Results) != 1 {
+				return false, nil
+			}
+			owner := cl.Name
+			if a := cl.Annotations["resource.kubernetes.io/pod-claim-name"]; a != "" && len(cl.OwnerReferences) == 1 {
+				owner = cl.OwnerReferences[0].Name
+			}
+			results[owner] = cl.Status.Allocation.Devices.Results[0]
+		}
+		return len(list.Items) == 4, nil
+	})
+	onDevice := map[string]int{}
+	for name, r := range results {
+		onDevice[r.Device]++
+		consumed := make([]string, 0, len(r.ConsumedCapacity))
+		for n, q := range r.ConsumedCapacity {
+			consumed = append(consumed, string(n)+"="+q.String())
+		}
+		sort.Strings(consumed)
+		t.Logf("%s: %s request %s share %q consumed %v", name, r.Device, r.Request, ptr.Deref(r.ShareID, ""), consumed)
+	}
+	for name, memory := range map[string]string{"share-30": "30Gi", "annotated-share": "10Gi"} {
+		c.WaitForPodPhase(t, ns, name, 2*time.Minute, corev1.PodRunning)
+		r, ok := results[name]
+		if !ok {
+			t.Fatalf("no allocated claim of %s: %v", name, results)
+		}
+		env := gpuVariables(c.Kubectl(t, "-n", ns, "exec", name, "--", "env"))
+		id := "GPU_DEVICE_" + strings.TrimPrefix(r.Device, "gpu-")
+		if !kept {
+			if r.ShareID != nil || env[id+"_MEMORY"] != "" {
+				t.Errorf("%s without consumable capacity: %+v, env %v; want a whole GPU", name, r, env)
+			}
+			continue
+		}
+		if r.ShareID == nil || !r.ConsumedCapacity["memory"].Equal(resource.MustParse(memory)) || env[id+"_MEMORY"] != memory {
+			t.Errorf("%s: %+v, env %v; want a share of %s", name, r, env, memory)
+		}
+		if onDevice[r.Device] < 2 {
+			t.Errorf("%s has %s to itself; want it shared with the demo's claims (the allocator fills GPUs in order)", name, r.Device)
+		}
+	}
+	if kept && results["annotated-share"].Request != "gpus/share" {
+		t.Errorf("annotated pod's claim allocated %q, want the share alternative gpus/share", results["annotated-share"].Request)
+	}
 }
 
 // installSharing installs the chart with the given --set values for the test, and uninstalls it

@@ -256,6 +256,9 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "gpu-dra-webhook"}, true},
 		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "another-webhook"}, false},
 		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}, false},
+		// Claims' allocations for the "held now" warning: read, never written.
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "watch", Group: "resource.k8s.io", Resource: "resourceclaims"}, true},
+		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "update", Group: "resource.k8s.io", Resource: "resourceclaims", Namespace: other}, false},
 		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "deletecollection", Group: "resource.k8s.io", Resource: "resourceslices"}, true},
 		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}, false},
 	} {

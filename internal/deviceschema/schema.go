@@ -74,36 +74,54 @@ const (
 	AttrModel         resourceapi.QualifiedName = "model"
 	AttrDriverVersion resourceapi.QualifiedName = "driverVersion"
 	CapMemory         resourceapi.QualifiedName = "memory"
-	// CapCompute is published only by GPUs shared by consumable capacity (node groups in
-	// shared-memory mode): the reference driver's demos request a share of it.
+	// CapCompute is published by GPUs shared by consumable capacity (node groups in
+	// shared-memory mode; the reference driver's demos request a share of it) and by partitioned
+	// GPUs' devices, not by exclusive GPUs.
 	CapCompute resourceapi.QualifiedName = "compute"
 )
 
-// Attributes that only partitioned GPUs publish (not part of DeviceSchema, which the webhook
-// checks selectors against): a partition's number, that a device is one of the ways to use a
-// partitionable GPU, and that it is the whole of one.
+// Attributes that only partitioned GPUs' devices publish: a partition's number, that a device is
+// one of the ways to use a partitionable GPU, and that it is the whole of one.
 const (
 	AttrPartition     resourceapi.QualifiedName = "partition"
 	AttrPartitionable resourceapi.QualifiedName = "partitionable"
 	AttrFull          resourceapi.QualifiedName = "full"
 )
 
-// Schema is what every device of this driver publishes. It is the one source of truth for the
-// publisher and for the webhook's selector checks.
+// Which devices publish what every device does not (AttributeSpec.Only, CapacitySpec.Only).
+const (
+	OnlyPartitioned = "partitioned GPUs"
+	OnlyPartitions  = "partitions of partitioned GPUs"
+	OnlyWhole       = "the whole-GPU devices of partitioned GPUs"
+	OnlySharing     = "shared-memory and partitioned GPUs"
+)
+
+// Schema is what the devices of this driver publish. It is the one source of truth for the
+// publisher and for the webhook's selector checks: a selector reading a name it lacks is a typo.
 type Schema struct {
 	// Attributes in the order they are documented to users.
 	Attributes []AttributeSpec
 	// Capacities in the order they are documented to users.
-	Capacities []resourceapi.QualifiedName
+	Capacities []CapacitySpec
 }
 
 // AttributeSpec names one attribute and its type.
 type AttributeSpec struct {
 	Name resourceapi.QualifiedName
 	Type AttributeType
+	// Only, when set, names the devices that publish it; every device does otherwise. A selector
+	// reading it on other devices fails at runtime unless it asks first ("name" in ...).
+	Only string
 }
 
-// DeviceSchema returns the schema of the simulated GPUs.
+// CapacitySpec names one capacity.
+type CapacitySpec struct {
+	Name resourceapi.QualifiedName
+	// Only is as AttributeSpec.Only.
+	Only string
+}
+
+// DeviceSchema returns the schema of the simulated GPUs in every sharing mode.
 func DeviceSchema() Schema {
 	return Schema{
 		Attributes: []AttributeSpec{
@@ -111,8 +129,14 @@ func DeviceSchema() Schema {
 			{Name: AttrModel, Type: StringType},
 			{Name: AttrUUID, Type: StringType},
 			{Name: AttrDriverVersion, Type: VersionType},
+			{Name: AttrPartitionable, Type: BoolType, Only: OnlyPartitioned},
+			{Name: AttrPartition, Type: IntType, Only: OnlyPartitions},
+			{Name: AttrFull, Type: BoolType, Only: OnlyWhole},
 		},
-		Capacities: []resourceapi.QualifiedName{CapMemory},
+		Capacities: []CapacitySpec{
+			{Name: CapMemory},
+			{Name: CapCompute, Only: OnlySharing},
+		},
 	}
 }
 
@@ -126,10 +150,10 @@ func (s Schema) Attribute(name resourceapi.QualifiedName) (AttributeSpec, bool) 
 	return AttributeSpec{}, false
 }
 
-// HasCapacity reports whether the named capacity is published.
+// HasCapacity reports whether the named capacity is published (by some device).
 func (s Schema) HasCapacity(name resourceapi.QualifiedName) bool {
 	for _, c := range s.Capacities {
-		if c == name {
+		if c.Name == name {
 			return true
 		}
 	}

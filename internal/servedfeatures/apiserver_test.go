@@ -37,6 +37,7 @@ func TestOnAPIServer(t *testing.T) {
 		list     bool
 		admin    AdminAccessSupport
 		extended bool
+		capacity bool
 	}
 	cases := map[string][]struct {
 		name          string
@@ -45,17 +46,17 @@ func TestOnAPIServer(t *testing.T) {
 		want          want
 	}{
 		"1.32": {
-			{"seed flags", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true", want{false, AdminAccessDropped, false}},
+			{"seed flags", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true", want{false, AdminAccessDropped, false, false}},
 			// The alpha gate keeps the field, and 1.32 has no namespace check.
-			{"admin access alpha", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true,DRAAdminAccess=true", want{false, AdminAccessServed, false}},
+			{"admin access alpha", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true,DRAAdminAccess=true", want{false, AdminAccessServed, false, false}},
 		},
 		"1.34": {
-			{"defaults", "", "", want{true, AdminAccessNeedsLabel, false}},
-			{"gates flipped", "", "DRAPrioritizedList=false,DRAAdminAccess=false,DRAExtendedResource=true", want{false, AdminAccessDropped, true}},
-			{"v1beta1 only", testapiserver.V1Beta1Only, "", want{true, AdminAccessNeedsLabel, false}},
+			{"defaults", "", "", want{true, AdminAccessNeedsLabel, false, false}},
+			{"gates flipped", "", "DRAPrioritizedList=false,DRAAdminAccess=false,DRAExtendedResource=true,DRAConsumableCapacity=true", want{false, AdminAccessDropped, true, true}},
+			{"v1beta1 only", testapiserver.V1Beta1Only, "", want{true, AdminAccessNeedsLabel, false, false}},
 		},
 		"1.37": {
-			{"defaults", "", "", want{true, AdminAccessNeedsLabel, true}},
+			{"defaults", "", "", want{true, AdminAccessNeedsLabel, true, true}},
 		},
 	}
 	minor := apiServerMinor(t)
@@ -82,6 +83,9 @@ func TestOnAPIServer(t *testing.T) {
 			}
 			if got, err := d.AdminAccess(ctx); err != nil || got != tc.want.admin {
 				t.Errorf("AdminAccess = %v, %v; want %v", got, err, tc.want.admin)
+			}
+			if got, err := d.ConsumableCapacity(ctx); err != nil || got != tc.want.capacity {
+				t.Errorf("ConsumableCapacity = %v, %v; want %v", got, err, tc.want.capacity)
 			}
 			// What the chart does: write the class with the field, then read it back.
 			class := &resourceapi.DeviceClass{

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
@@ -38,6 +39,11 @@ const (
 	// ExtendedResource: DeviceClass spec.extendedResourceName, pods' resources.limits served
 	// through DRA (KEP-5004).
 	ExtendedResource Feature = "DRAExtendedResource"
+	// ConsumableCapacity: devices allocated to several claims at once, each consuming a share of
+	// their capacity (allowMultipleAllocations, requestPolicy, a request's capacity; KEP-5075).
+	ConsumableCapacity Feature = "DRAConsumableCapacity"
+	// PartitionableDevices: devices consuming counters that slices share (KEP-4815).
+	PartitionableDevices Feature = "DRAPartitionableDevices"
 )
 
 // AdminAccessSupport is what the API server does with a request's adminAccess.
@@ -168,6 +174,43 @@ func (d *Detector) ExtendedResources(ctx context.Context, classes []*resourceapi
 	return served
 }
 
+// ConsumableCapacity reports whether the API server keeps a request's capacity requests (and with
+// them the rest of KEP-5075: a device's allowMultipleAllocations and requestPolicy are behind the
+// same gate).
+func (d *Detector) ConsumableCapacity(ctx context.Context) (bool, error) {
+	v, err := d.cached(ctx, ConsumableCapacity, d.probeConsumableCapacity)
+	if err != nil {
+		return false, err
+	}
+	return v.(bool), nil
+}
+
+// PartitionableDevices reports whether the API server keeps partitionable devices, read back from
+// the slices it stored (e.g. an informer's): a slice with shared counters, or a device consuming
+// them, was stored with the gate on. Without any the answer is false, which is also right for the
+// caller: where nothing consumes counters, no allocation depends on them. A claim has no field of
+// the feature to probe with, and creating slices is the drivers' right, not a webhook's.
+func (d *Detector) PartitionableDevices(ctx context.Context, slices []*resourceapi.ResourceSlice) bool {
+	served := false
+	for _, s := range slices {
+		if len(s.Spec.SharedCounters) > 0 {
+			served = true
+			break
+		}
+		for i := range s.Spec.Devices {
+			if len(s.Spec.Devices[i].ConsumesCounters) > 0 {
+				served = true
+				break
+			}
+		}
+		if served {
+			break
+		}
+	}
+	d.report(ctx, PartitionableDevices, served, "no stored ResourceSlice has sharedCounters or consumesCounters")
+	return served
+}
+
 // Warm runs the probes once, so that the first request that needs an answer finds it cached;
 // failures are logged and retried on first use.
 func (d *Detector) Warm(ctx context.Context) {
@@ -176,6 +219,9 @@ func (d *Detector) Warm(ctx context.Context) {
 	}
 	if _, err := d.AdminAccess(ctx); err != nil {
 		klog.FromContext(ctx).Info("Probing the API server's features failed; retrying on first use", "feature", AdminAccess, "err", err)
+	}
+	if _, err := d.ConsumableCapacity(ctx); err != nil {
+		klog.FromContext(ctx).Info("Probing the API server's features failed; retrying on first use", "feature", ConsumableCapacity, "err", err)
 	}
 }
 
@@ -289,6 +335,25 @@ func (d *Detector) probeAdminAccess(ctx context.Context) (any, error) {
 	}
 	d.report(ctx, AdminAccess, support != AdminAccessDropped, "a dry-run ResourceClaimTemplate lost spec.devices.requests[].exactly.adminAccess")
 	return support, nil
+}
+
+func (d *Detector) probeConsumableCapacity(ctx context.Context) (any, error) {
+	one := resource.MustParse("1Gi")
+	t := d.probeTemplate("servedfeatures-consumable-capacity", resourceapi.DeviceRequest{
+		Name: "probe",
+		Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: probeClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": one}},
+		},
+	})
+	got, err := d.dryRun(ctx, t)
+	if err != nil {
+		return false, fmt.Errorf("dry-run ResourceClaimTemplate %s/%s with capacity requests: %w", d.namespace, t.Name, err)
+	}
+	served := len(got.Spec.Spec.Devices.Requests) == 1 && got.Spec.Spec.Devices.Requests[0].Exactly != nil &&
+		got.Spec.Spec.Devices.Requests[0].Exactly.Capacity != nil && len(got.Spec.Spec.Devices.Requests[0].Exactly.Capacity.Requests) == 1
+	d.report(ctx, ConsumableCapacity, served, "a dry-run ResourceClaimTemplate lost spec.devices.requests[].exactly.capacity")
+	return served, nil
 }
 
 // refusesAdminAccess: the API server's own namespace check refused the request's adminAccess

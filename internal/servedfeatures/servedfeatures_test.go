@@ -52,6 +52,7 @@ func drop(t *resourceapi.ResourceClaimTemplate) (*resourceapi.ResourceClaimTempl
 		}
 		if r.Exactly != nil {
 			r.Exactly.AdminAccess = nil
+			r.Exactly.Capacity = nil
 		}
 	}
 	return t, nil
@@ -80,16 +81,18 @@ func TestProbes(t *testing.T) {
 		answer     func(*resourceapi.ResourceClaimTemplate) (*resourceapi.ResourceClaimTemplate, error)
 		wantList   bool
 		wantAdmin  AdminAccessSupport
+		wantCap    bool
 		wantLogged []string
 	}{
 		// 1.32 and 1.33 with default gates.
 		{name: "fields dropped", answer: drop, wantList: false, wantAdmin: AdminAccessDropped,
-			wantLogged: []string{`does not serve a DRA feature; falling back" feature="DRAPrioritizedList"`, `fallback="deny model lists"`, `feature="DRAAdminAccess"`}},
+			wantLogged: []string{`does not serve a DRA feature; falling back" feature="DRAPrioritizedList"`, `fallback="deny model lists"`, `feature="DRAAdminAccess"`,
+				`does not serve a DRA feature; falling back" feature="DRAConsumableCapacity"`, `lost spec.devices.requests[].exactly.capacity`}},
 		// 1.32 with DRAAdminAccess on: no namespace check.
-		{name: "fields kept", answer: keep, wantList: true, wantAdmin: AdminAccessServed,
-			wantLogged: []string{`serves a DRA feature" feature="DRAPrioritizedList"`, `serves a DRA feature" feature="DRAAdminAccess"`}},
+		{name: "fields kept", answer: keep, wantList: true, wantAdmin: AdminAccessServed, wantCap: true,
+			wantLogged: []string{`serves a DRA feature" feature="DRAPrioritizedList"`, `serves a DRA feature" feature="DRAAdminAccess"`, `serves a DRA feature" feature="DRAConsumableCapacity"`}},
 		// 1.34+: the namespace check refuses the probe in an unlabelled namespace.
-		{name: "namespace label required", answer: needsLabel, wantList: true, wantAdmin: AdminAccessNeedsLabel},
+		{name: "namespace label required", answer: needsLabel, wantList: true, wantAdmin: AdminAccessNeedsLabel, wantCap: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, logs := capture(t)
@@ -104,16 +107,20 @@ func TestProbes(t *testing.T) {
 				if err != nil || admin != tc.wantAdmin {
 					t.Errorf("AdminAccess = %v, %v; want %v", admin, err, tc.wantAdmin)
 				}
+				capacity, err := d.ConsumableCapacity(ctx)
+				if err != nil || capacity != tc.wantCap {
+					t.Errorf("ConsumableCapacity = %v, %v; want %v", capacity, err, tc.wantCap)
+				}
 			}
-			if f.calls != 2 {
-				t.Errorf("%d probes for 3 questions each about 2 features, want 2 (cached)", f.calls)
+			if f.calls != 3 {
+				t.Errorf("%d probes for 3 questions each about 3 features, want 3 (cached)", f.calls)
 			}
 			for _, want := range tc.wantLogged {
 				if !strings.Contains(logs.String(), want) {
 					t.Errorf("log lacks %q:\n%s", want, logs)
 				}
 			}
-			if n := strings.Count(logs.String(), "\n"); n != 2 {
+			if n := strings.Count(logs.String(), "\n"); n != 3 {
 				t.Errorf("%d log lines, want one per feature:\n%s", n, logs)
 			}
 		})
@@ -200,5 +207,33 @@ func TestExtendedResources(t *testing.T) {
 	}
 	if got := logs.String(); strings.Count(got, "\n") != 2 || !strings.Contains(got, `fallback="the pod webhook translates limits"`) {
 		t.Errorf("want the fallback logged once, then the change:\n%s", got)
+	}
+}
+
+func TestPartitionableDevices(t *testing.T) {
+	ctx, logs := capture(t)
+	d := newDetector(&fakeTemplates{answer: keep}, "ns", WithFallback(PartitionableDevices, "judge whole GPUs only"))
+	plain := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: []resourceapi.Device{{Name: "gpu-0"}}}}
+	counters := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0-counters"}}}}
+	consumer := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: []resourceapi.Device{{Name: "gpu-0"},
+		{Name: "gpu-0-partition-0", ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-counters"}}}}}}
+	for _, tc := range []struct {
+		name   string
+		slices []*resourceapi.ResourceSlice
+		want   bool
+	}{
+		{"none", nil, false},
+		{"whole GPUs only", []*resourceapi.ResourceSlice{plain}, false},
+		{"a counter set (1.35+ layout)", []*resourceapi.ResourceSlice{plain, counters}, true},
+		{"a device consuming counters", []*resourceapi.ResourceSlice{consumer}, true},
+		{"whole GPUs again", []*resourceapi.ResourceSlice{plain}, false},
+	} {
+		if got := d.PartitionableDevices(ctx, tc.slices); got != tc.want {
+			t.Errorf("%s: PartitionableDevices = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Logged at the first answer and at each change: not served, served, not served.
+	if got := logs.String(); strings.Count(got, "\n") != 3 || !strings.Contains(got, `fallback="judge whole GPUs only"`) {
+		t.Errorf("want each change logged once:\n%s", got)
 	}
 }

@@ -135,7 +135,7 @@ func (c *Checker) publishedAttributes() string {
 func (c *Checker) publishedCapacities() string {
 	names := make([]string, 0, len(c.schema.Capacities))
 	for _, n := range c.schema.Capacities {
-		names = append(names, string(n))
+		names = append(names, string(n.Name))
 	}
 	return strings.Join(names, ", ")
 }

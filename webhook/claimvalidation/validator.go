@@ -34,8 +34,9 @@ type Validator struct {
 // drift: selectors are judged against the device schema of driver, counts against the largest
 // node of groups (nil: the defaults), and the findings of the deny rules reject instead of warn.
 // With a published source the DeviceClass and feasibility checks run over what it lists (call
-// Invalidate when that changes); without one they are off.
-func New(driver string, groups *nodegroups.Config, deny []Rule, published feasibility.Lister) *Validator {
+// Invalidate when that changes); without one they are off. opts configure the feasibility view:
+// the features the cluster serves, and the claims whose allocations a claim is also judged against.
+func New(driver string, groups *nodegroups.Config, deny []Rule, published feasibility.Lister, opts ...feasibility.Option) *Validator {
 	if groups == nil {
 		groups = &nodegroups.Config{}
 	}
@@ -50,7 +51,7 @@ func New(driver string, groups *nodegroups.Config, deny []Rule, published feasib
 		v.deny[r] = true
 	}
 	if published != nil {
-		v.view = feasibility.New(published, v.checker)
+		v.view = feasibility.New(published, v.checker, opts...)
 	}
 	return v
 }
@@ -60,6 +61,22 @@ func (v *Validator) Invalidate() {
 	if v.view != nil {
 		v.view.Invalidate()
 	}
+}
+
+// InvalidateClaims says that what the claims of feasibility.WithClaims list has changed.
+func (v *Validator) InvalidateClaims() {
+	if v.view != nil {
+		v.view.InvalidateClaims()
+	}
+}
+
+// PublishesShared reports whether this driver publishes devices several claims may share
+// (consumable capacity); false without a published source.
+func (v *Validator) PublishesShared() (bool, error) {
+	if v.view == nil {
+		return false, nil
+	}
+	return v.view.PublishesShared(v.driver)
 }
 
 // deviceRequest is an exact request or a firstAvailable subrequest, with where it sits.
@@ -171,6 +188,16 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 			logger.Error(err, "Feasibility check failed; admitting without it")
 		case msg != "":
 			res.add(v.deny[RuleUnsatisfiable], field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "nothing currently published can satisfy the claim: "+msg))
+		case obj.Arrived.Kind == resourceversion.KindClaim:
+			// A claim is allocated as soon as it is scheduled; a template's claims come later,
+			// when what is free will have changed. Never a denial: a claim may wait for devices.
+			held, err := v.view.HeldNow(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
+			switch {
+			case err != nil:
+				logger.Error(err, "Current-allocation check failed; admitting without it")
+			case held != "":
+				res.add(false, field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "fits, but every matching GPU is held now: "+held))
+			}
 		}
 	}
 	if obj.Deprecated() {

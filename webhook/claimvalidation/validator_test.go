@@ -396,7 +396,7 @@ func TestFindingsAreFieldErrors(t *testing.T) {
 			t.Errorf("fields\n got: %q\nwant: %q", got, tc.fields)
 		}
 	}
-	if got := res.Errors[0].Detail; got != `unknown attribute "modle"; this driver publishes index, model, uuid, driverVersion` {
+	if got := res.Errors[0].Detail; got != `unknown attribute "modle"; this driver publishes index, model, uuid, driverVersion, partitionable, partition, full` {
 		t.Errorf("detail of the selector finding: %q", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpu-dra/gpu-dra/internal/fleet"
 )
@@ -137,6 +138,8 @@ type diagnoser struct {
 	spec      *resourceapi.ResourceClaimSpec
 	// devices are the fleet's devices by snapshot index (nil for a device the fleet lacks).
 	devices []*fleet.Device
+	// features are what the allocator runs with.
+	features structured.Features
 }
 
 // judged is a request whose devices could be counted, with the counts.
@@ -164,14 +167,14 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 	if err != nil {
 		return nil, err
 	}
-	diag, err := newDiagnoser(v, s, namespace, spec, fl).run(ctx)
+	diag, err := newDiagnoser(ctx, v, s, namespace, spec, fl).run(ctx)
 	if err != nil || diag.Allocatable || !waitsForOthers(diag) {
 		return diag, err
 	}
 	// Devices held by others hide what would stop the claim once they are free: ask again with
 	// every device free, and add what the claim itself cannot do (its constraints, requests that
 	// only fit one by one), so nobody waits for nothing.
-	free, err := newDiagnoser(v, s, namespace, spec, fleet.Build(fleet.Input{Slices: fl.Slices})).run(ctx)
+	free, err := newDiagnoser(ctx, v, s, namespace, spec, fleet.Build(fleet.Input{Slices: fl.Slices})).run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -184,8 +187,8 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 	return diag, nil
 }
 
-func newDiagnoser(v *View, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *fleet.Fleet) *diagnoser {
-	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make([]*fleet.Device, len(s.devices))}
+func newDiagnoser(ctx context.Context, v *View, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *fleet.Fleet) *diagnoser {
+	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make([]*fleet.Device, len(s.devices)), features: v.featuresFor(ctx, s)}
 	for i := range s.devices {
 		d.devices[i] = fl.Device(s.devices[i].id)
 	}
@@ -245,7 +248,8 @@ func (d *diagnoser) judge(ctx context.Context, r *request) *judged {
 	if !ok {
 		return j
 	}
-	j.alt = &alternative{request: r.index, name: r.name, wanted: r.count, deviceMatches: dm}
+	dm, short := d.s.withCapacity(dm, r.capacity)
+	j.alt = &alternative{request: r.index, name: r.name, wanted: r.count, deviceMatches: dm, capacityShort: short}
 	if r.mode == resourceapi.DeviceAllocationModeAll {
 		j.alt.wanted = -1
 	}
@@ -266,6 +270,11 @@ func (d *diagnoser) judge(ctx context.Context, r *request) *judged {
 		}
 	}
 	j.diag.Nodes = d.nodeGroups(j)
+	if matched == 0 && short != "" {
+		j.diag.Findings = append(j.diag.Findings, Finding{Cause: CauseNoMatch, Message: short,
+			Fix: "request less capacity, or add devices with more of it"})
+		return j
+	}
 	if matched == 0 {
 		j.diag.Findings = append(j.diag.Findings, d.noMatch(ctx, class, r))
 		return j

@@ -199,14 +199,7 @@ func (d *diagnoser) valueGroups(sub []*judged, union []bool, n int, domain, name
 // candidates; it returns the first node where spec fits (-1: none) and whether every shape was
 // tried.
 func (d *diagnoser) firstFit(ctx context.Context, candidates []int, spec *resourceapi.ResourceClaimSpec, alts []*alternative) (int, bool, error) {
-	features := d.v.features
-	for _, dev := range d.devices {
-		if dev != nil && dev.Shared {
-			// Shares of a device are told apart only by the allocator that knows them.
-			features.ConsumableCapacity = true
-			break
-		}
-	}
+	features := d.features
 	state := d.fl.AllocatedState()
 	tried := map[string]bool{}
 	for _, n := range candidates {

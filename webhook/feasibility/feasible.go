@@ -27,6 +27,9 @@ type alternative struct {
 	name    string
 	wanted  int64 // -1: allocationMode All
 	*deviceMatches
+	// capacityShort, when set, says why no device its selectors accept could ever hold its
+	// capacity requests.
+	capacityShort string
 }
 
 // Unsatisfiable runs the scheduler's allocator against the published devices, ignoring current
@@ -44,12 +47,16 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 		klog.FromContext(ctx).V(2).Info("Feasibility check skipped: malformed claim", "err", err)
 		return "", nil
 	}
+	features := v.featuresFor(ctx, s)
 	// Verdicts are remembered by a digest of the question: a key is then 32 bytes however large
-	// the claim, and a cached verdict keeps nothing of it.
+	// the claim, and a cached verdict keeps nothing of it. The features are part of the question:
+	// the API server's answer may change within one published state.
 	var verdictKey *[sha256.Size]byte
 	if data, err := json.Marshal(spec); err == nil {
 		h := sha256.New()
 		h.Write([]byte(namespace))
+		h.Write([]byte{0})
+		fmt.Fprintf(h, "%+v", features)
 		h.Write([]byte{0})
 		h.Write(data)
 		verdictKey = (*[sha256.Size]byte)(h.Sum(nil))
@@ -59,7 +66,7 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
-	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec)
+	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec, features)
 	// Nothing learnt under an ended context is a verdict: an interrupted evaluation looks exactly
 	// like one that found no device.
 	if verdictKey != nil && cacheable && ctx.Err() == nil {
@@ -70,25 +77,20 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 
 // unsatisfiable answers for one snapshot; cacheable is false for answers that depend on more
 // than the snapshot and the spec (allocator errors).
-func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec) (string, bool) {
+func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (string, bool) {
 	logger := klog.FromContext(ctx)
 	var alts []*alternative
-	for ri := range spec.Devices.Requests {
-		r := &spec.Devices.Requests[ri]
-		if r.Exactly != nil {
-			a, ok := v.matchAlternative(ctx, s, ri, r.Name, r.Exactly.DeviceClassName, r.Exactly.Selectors, r.Exactly.AllocationMode, r.Exactly.Count)
-			if !ok {
-				return "", true
-			}
-			alts = append(alts, a)
+	for _, r := range requestsOf(spec) {
+		if r.capacity != nil && len(r.capacity.Requests) > 0 && !features.ConsumableCapacity {
+			// The API server drops capacity requests where it does not serve them, so only a
+			// claim that never reaches it (kubectl dra validate) gets here.
+			return fmt.Sprintf("request %s asks for capacity, but the cluster does not serve consumable capacity (feature gate DRAConsumableCapacity, on by default from Kubernetes 1.36): the API server drops capacity requests; select devices by their capacity instead", r.name), true
 		}
-		for _, sub := range r.FirstAvailable {
-			a, ok := v.matchAlternative(ctx, s, ri, r.Name+"/"+sub.Name, sub.DeviceClassName, sub.Selectors, sub.AllocationMode, sub.Count)
-			if !ok {
-				return "", true
-			}
-			alts = append(alts, a)
+		a, ok := v.matchAlternative(ctx, s, r)
+		if !ok {
+			return "", true
 		}
+		alts = append(alts, a)
 	}
 
 	if ctx.Err() != nil {
@@ -108,7 +110,7 @@ func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string,
 			return "", true
 		}
 		tried[shape] = true
-		ok, err := v.allocate(ctx, s, n, namespace, spec)
+		ok, err := v.allocate(ctx, s, n, namespace, spec, features)
 		if ok {
 			return "", true
 		}
@@ -127,21 +129,22 @@ func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string,
 	return msg, true
 }
 
-// matchAlternative counts per node the devices that the class and the selectors accept.
-func (v *View) matchAlternative(ctx context.Context, s *snapshot, ri int, name, className string, selectors []resourceapi.DeviceSelector, mode resourceapi.DeviceAllocationMode, count int64) (*alternative, bool) {
-	class := s.classes[className]
+// matchAlternative counts per node the devices that the class and the selectors accept and
+// that could hold the request's capacity requests.
+func (v *View) matchAlternative(ctx context.Context, s *snapshot, r *request) (*alternative, bool) {
+	class := s.classes[r.class]
 	if class == nil {
 		return nil, false
 	}
-	dm, ok := v.matchExprs(ctx, s, append(classExprs(class), selectorExprs(selectors)...))
+	dm, ok := v.matchExprs(ctx, s, append(classExprs(class), selectorExprs(r.selectors)...))
 	if !ok {
 		return nil, false
 	}
-	alt := &alternative{request: ri, name: name, wanted: count}
-	if mode == resourceapi.DeviceAllocationModeAll {
+	alt := &alternative{request: r.index, name: r.name, wanted: r.count}
+	if r.mode == resourceapi.DeviceAllocationModeAll {
 		alt.wanted = -1
 	}
-	alt.deviceMatches = dm
+	alt.deviceMatches, alt.capacityShort = s.withCapacity(dm, r.capacity)
 	return alt, true
 }
 
@@ -327,7 +330,7 @@ func splitQualified(q string) (string, string) {
 	return "", q
 }
 
-func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec) (bool, error) {
+func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (bool, error) {
 	if err := wellFormed(spec); err != nil {
 		return false, err
 	}
@@ -336,7 +339,7 @@ func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace strin
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	return v.allocateWith(ctx, s, n, namespace, spec, v.features, state)
+	return v.allocateWith(ctx, s, n, namespace, spec, features, state)
 }
 
 // allocateWith runs the allocator on node n with the given features and allocated state.
@@ -427,6 +430,9 @@ func describeAlt(s *snapshot, a *alternative) string {
 		if best < 0 || a.counts[n] > bestCount {
 			best, bestCount = n, a.counts[n]
 		}
+	}
+	if bestCount == 0 && a.capacityShort != "" {
+		return fmt.Sprintf("%s: %s", a.name, a.capacityShort)
 	}
 	if bestCount == 0 {
 		if a.wanted < 0 {

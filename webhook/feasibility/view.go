@@ -6,6 +6,7 @@
 package feasibility
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/lru"
 
 	"github.com/gpu-dra/gpu-dra/internal/published"
@@ -30,13 +32,48 @@ type Lister interface {
 	Published() (*published.Objects, error)
 }
 
+// Served tells which optional DRA features the cluster serves (servedfeatures.Detector): the
+// allocator runs with those, as the scheduler does with its gates (assumed to match the API
+// server's, as they do with every release's defaults).
+type Served interface {
+	// ConsumableCapacity: the API server keeps capacity requests and shared devices (KEP-5075).
+	ConsumableCapacity(ctx context.Context) (bool, error)
+	// PartitionableDevices: the stored slices show counters kept (KEP-4815).
+	PartitionableDevices(ctx context.Context, slices []*resourceapi.ResourceSlice) bool
+}
+
+// ClaimLister reads the cluster's ResourceClaims, of which only the metadata and
+// status.allocation (and reservedFor, for the names of the pods holding devices) matter here.
+type ClaimLister interface {
+	Claims() ([]*resourceapi.ResourceClaim, error)
+}
+
+// Option configures a View.
+type Option func(*View)
+
+// WithServed makes the allocator run with the features served says the cluster serves. Without
+// it (kubectl dra, tests) the published objects tell: a shared device or a counter set is only
+// stored by an API server that serves its feature.
+func WithServed(served Served) Option { return func(v *View) { v.served = served } }
+
+// WithClaims lets HeldNow judge a claim against what the current allocations leave free; call
+// InvalidateClaims when what claims lists changes.
+func WithClaims(claims ClaimLister) Option { return func(v *View) { v.claims = claims } }
+
 // View is the cached, indexed inventory. Call Invalidate when the lister's content changes.
 type View struct {
 	lister  Lister
 	checker *celcheck.Checker
 	// celCache is the DRA library's LRU of compiled selectors, shared with the allocator.
 	celCache *dracel.Cache
-	features structured.Features
+	served   Served
+	claims   ClaimLister
+
+	// claimsGeneration moves on with every change of what claims lists; held is the fleet of one
+	// snapshot and one generation of claims.
+	claimsGeneration atomic.Uint64
+	heldMu           sync.Mutex
+	held             *heldState
 
 	// timeout is searchTimeout; tests on a loaded machine lengthen it.
 	timeout time.Duration
@@ -73,22 +110,60 @@ const (
 
 // New returns a view over lister; checker (shared with the validator, so selectors are analyzed
 // once) tells which attributes selectors read.
-func New(lister Lister, checker *celcheck.Checker) *View {
+func New(lister Lister, checker *celcheck.Checker, opts ...Option) *View {
 	v := &View{
 		lister:   lister,
 		checker:  checker,
 		celCache: dracel.NewCache(1024, dracel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true}),
-		// The feature set of the stable allocator, which the scheduler uses by default.
-		features: structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true},
 		matches:  map[string]bool{},
 		timeout:  searchTimeout,
 	}
+	for _, o := range opts {
+		o(v)
+	}
 	v.generation.Store(1)
+	v.claimsGeneration.Store(1)
 	return v
 }
 
 // Invalidate marks the cached index stale; the next question rebuilds it.
 func (v *View) Invalidate() { v.generation.Add(1) }
+
+// InvalidateClaims says that what the ClaimLister lists has changed.
+func (v *View) InvalidateClaims() { v.claimsGeneration.Add(1) }
+
+// baseFeatures are the stable allocator's, which every supported release serves (fields of an
+// unserved one are dropped by the API server before anything reaches the allocator).
+var baseFeatures = structured.Features{AdminAccess: true, PrioritizedList: true, DeviceTaints: true}
+
+// featuresFor is what the allocator runs with for questions about s: the features the cluster
+// serves. Where the API server cannot be asked (or the probe fails), the published objects stand
+// in for it: a shared device or a counter set is only ever stored where its feature is served.
+func (v *View) featuresFor(ctx context.Context, s *snapshot) structured.Features {
+	f := baseFeatures
+	f.ConsumableCapacity, f.PartitionableDevices = s.anyShared, s.anyCounters
+	if v.served == nil {
+		return f
+	}
+	s.partitionableOnce.Do(func() { s.partitionable = v.served.PartitionableDevices(ctx, s.slices) })
+	f.PartitionableDevices = s.partitionable
+	if served, err := v.served.ConsumableCapacity(ctx); err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot tell whether the API server serves consumable capacity; judging by the published devices", "err", err)
+	} else {
+		f.ConsumableCapacity = served
+	}
+	return f
+}
+
+// PublishesShared reports whether driver publishes a device that several claims may share
+// (allowMultipleAllocations), which only an API server serving consumable capacity stores.
+func (v *View) PublishesShared(driver string) (bool, error) {
+	s, err := v.current()
+	if err != nil {
+		return false, err
+	}
+	return s.sharedDrivers[driver], nil
+}
 
 // DeviceClass returns the named class, or nil when it does not exist.
 func (v *View) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
@@ -108,9 +183,11 @@ type device struct {
 
 type snapshot struct {
 	generation uint64
-	classes    map[string]*resourceapi.DeviceClass
-	nodes      []*v1.Node // sorted by name
-	nodeIndex  map[string]int
+	// slices are the published slices as listed.
+	slices    []*resourceapi.ResourceSlice
+	classes   map[string]*resourceapi.DeviceClass
+	nodes     []*v1.Node // sorted by name
+	nodeIndex map[string]int
 	// nodeSlices are the slices each node sees: its own plus those shared with it.
 	nodeSlices [][]*resourceapi.ResourceSlice
 	devices    []device
@@ -121,6 +198,14 @@ type snapshot struct {
 	// exact disables grouping of nodes by shape when pools are partitioned or incomplete, where
 	// devices of equal attributes are not interchangeable.
 	exact bool
+	// anyShared: some device allows multiple allocations; sharedDrivers are the drivers of those.
+	anyShared     bool
+	sharedDrivers map[string]bool
+	// anyCounters: some slice has counter sets or a device consuming them.
+	anyCounters bool
+	// partitionable is the Served answer for these slices, asked once.
+	partitionableOnce sync.Once
+	partitionable     bool
 
 	// projections are not evicted: there is one per set of attributes the selectors read, and the
 	// snapshot drops them all at the next published change.
@@ -160,7 +245,8 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 		return nil, fmt.Errorf("list published objects: %w", err)
 	}
 	slices, classes, nodes := objs.Slices, objs.Classes, objs.Nodes
-	s := &snapshot{generation: gen, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, projections: map[string]*projection{}, matchResults: lru.New(matchResultsSize), verdicts: lru.New(verdictCacheSize)}
+	s := &snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, sharedDrivers: map[string]bool{},
+		projections: map[string]*projection{}, matchResults: lru.New(matchResultsSize), verdicts: lru.New(verdictCacheSize)}
 	for _, c := range classes {
 		s.classes[c.Name] = c
 	}
@@ -193,14 +279,14 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 		poolSlices[pool]++
 		poolWant[pool] = sl.Spec.Pool.ResourceSliceCount
 		if len(sl.Spec.SharedCounters) > 0 {
-			s.exact = true
+			s.exact, s.anyCounters = true, true
 		}
 		var users []int
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
 			users = []int{s.nodeIndex[*sl.Spec.NodeName]}
 		} else {
 			for i, n := range s.nodes {
-				ok, err := structured.NodeMatches(v.features, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
+				ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
 				if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
 					users = append(users, i)
 				}
@@ -215,7 +301,11 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 		for i := range sl.Spec.Devices {
 			d := &sl.Spec.Devices[i]
 			if len(d.ConsumesCounters) > 0 {
-				s.exact = true
+				s.exact, s.anyCounters = true, true
+			}
+			if ptrTrue(d.AllowMultipleAllocations) {
+				s.anyShared = true
+				s.sharedDrivers[sl.Spec.Driver] = true
 			}
 			idx := len(s.devices)
 			s.devices = append(s.devices, device{

@@ -26,6 +26,10 @@ type Request struct {
 	Models []string
 	// Memory, when set, is the least memory capacity of every GPU.
 	Memory *resource.Quantity
+	// MemoryShare: the cluster serves consumable capacity and the driver publishes shared-memory
+	// GPUs, so Memory is also a share of one (see options.template). Not an annotation: the
+	// handler decides it.
+	MemoryShare bool
 }
 
 // maxShownValue keeps messages readable when someone pastes a novel into an annotation.

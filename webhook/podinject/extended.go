@@ -27,6 +27,9 @@ type Cluster interface {
 	DevicePluginNode(name corev1.ResourceName) string
 	// ServesPrioritizedList reports whether the API server keeps a request's firstAvailable.
 	ServesPrioritizedList(ctx context.Context) (bool, error)
+	// SharesMemory reports whether the API server keeps capacity requests (KEP-5075) and the
+	// driver publishes GPUs several claims may share.
+	SharesMemory(ctx context.Context) (bool, error)
 }
 
 // ValidateExtendedResourceName accepts what the API server accepts as a DeviceClass's

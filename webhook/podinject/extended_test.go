@@ -26,6 +26,15 @@ type fakeCluster struct {
 	DevicePlugin    map[corev1.ResourceName]string `json:"devicePlugin,omitempty"`
 	PrioritizedList bool                           `json:"prioritizedList,omitempty"`
 	ProbeError      string                         `json:"probeError,omitempty"`
+	// SharedMemory: consumable capacity served and shared-memory GPUs published.
+	SharedMemory bool `json:"sharedMemory,omitempty"`
+}
+
+func (f *fakeCluster) SharesMemory(context.Context) (bool, error) {
+	if f.ProbeError != "" {
+		return false, errors.New(f.ProbeError)
+	}
+	return f.SharedMemory, nil
 }
 
 func (f *fakeCluster) ServesExtendedResource(_ context.Context, name corev1.ResourceName, _ string) bool {
@@ -82,6 +91,8 @@ func TestHandleExtended(t *testing.T) { runClusterCases(t, "testdata/extended-ca
 // TestHandleModels: a model annotation listing several models, on clusters with and without
 // firstAvailable.
 func TestHandleModels(t *testing.T) { runClusterCases(t, "testdata/models-cases.yaml") }
+
+func TestHandleMemory(t *testing.T) { runClusterCases(t, "testdata/memory-cases.yaml") }
 
 // checkTranslatedPod: the patched pod asks for no class resource any more, every container
 // reference names a claim of the pod, and a second pass changes nothing.

@@ -134,6 +134,9 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	if resp, served := h.prioritizedListServed(ctx, want); !served {
 		return resp
 	}
+	if resp, ok := h.memoryShare(ctx, &want); !ok {
+		return resp
+	}
 	template, err := h.template(namespace, want)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -227,6 +230,9 @@ func (h *Handler) template(namespace string, want Request) (*resourceapi.Resourc
 	}
 	if want.Memory != nil {
 		key += want.Memory.String()
+		if want.MemoryShare {
+			key += "\x00share"
+		}
 	}
 	var t *resourceapi.ResourceClaimTemplate
 	if cached, ok := h.templates.Get(key); ok {

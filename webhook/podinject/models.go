@@ -72,3 +72,33 @@ func (h *Handler) prioritizedListServed(ctx context.Context, want Request) (resp
 	return denied(field.ErrorList{invalid(key, strings.Join(want.Models, ","), fmt.Sprintf(
 		"this cluster does not serve firstAvailable (feature gate DRAPrioritizedList, on by default from Kubernetes 1.34), so a pod cannot try models in turn; name one model, e.g. %q", want.Models[0]))}), false
 }
+
+// memoryShare decides whether a memory annotation asks for a share (want.MemoryShare): where the
+// cluster serves consumable capacity and firstAvailable and the driver publishes shared-memory
+// GPUs. Elsewhere, and when the cluster cannot be asked, it stays the least-memory selector it
+// has always been. ok is false with the denial of a list of models too long to try each as a
+// share and whole.
+func (h *Handler) memoryShare(ctx context.Context, want *Request) (resp admission.Response, ok bool) {
+	if want.Memory == nil || h.opts.cluster == nil {
+		return admission.Response{}, true
+	}
+	shares, err := h.opts.cluster.SharesMemory(ctx)
+	if err == nil && shares {
+		shares, err = h.opts.cluster.ServesPrioritizedList(ctx)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Info("Cannot tell whether GPUs' memory can be shared; the memory annotation selects whole GPUs", "err", err)
+		return admission.Response{}, true
+	}
+	if !shares {
+		return admission.Response{}, true
+	}
+	if max := resourceapi.FirstAvailableDeviceRequestMaxSize / 2; len(want.Models) > max {
+		key := h.opts.annotation(annModel)
+		return denied(field.ErrorList{invalid(key, strings.Join(want.Models, ","), fmt.Sprintf(
+			"with %s on a cluster of shared-memory GPUs each model is tried as a share and whole, and a request tries at most %d alternatives; list at most %d models",
+			h.opts.annotation(annMemory), resourceapi.FirstAvailableDeviceRequestMaxSize, max))}), false
+	}
+	want.MemoryShare = true
+	return admission.Response{}, true
+}

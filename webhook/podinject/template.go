@@ -20,12 +20,57 @@ import (
 // different requests never meet in one namespace, short enough to read in `kubectl get`.
 const hashLength = 10
 
+// Subrequest names of a memory share: "share" tries a share of shared-memory GPUs, "whole" whole
+// GPUs with at least the memory; a list of models tries model-<i>-share before model-<i>.
+const (
+	shareSubRequest = "share"
+	wholeSubRequest = "whole"
+	shareSuffix     = "-share"
+)
+
+// shareCompute is the compute a memory share asks for: the least there is, which each GPU's
+// request policy rounds up to its minimum. Without it a share would take the policy's default, the
+// whole GPU's compute, and no second share would fit beside it.
+var shareCompute = resource.MustParse("1")
+
 // template returns the managed ResourceClaimTemplate for a request, in v1 (the client writes it in
 // whatever version the cluster serves): one request of Count GPUs of the annotations' class, or,
-// for a list of models, one request whose subrequests try them in order (firstAvailable).
+// for a list of models, one request whose subrequests try them in order (firstAvailable). A
+// memory share (req.MemoryShare) tries, per model, a share of a shared-memory GPU (capacity
+// requests: the memory, the least compute) before a whole GPU with at least the memory, so that
+// in a mixed fleet the pod shares where it can and still runs on exclusive GPUs.
 func (o options) template(namespace string, req Request) (*resourceapi.ResourceClaimTemplate, error) {
 	request := resourceapi.DeviceRequest{Name: RequestName}
-	if len(req.Models) > 0 {
+	switch {
+	case req.MemoryShare && req.Memory != nil:
+		models := req.Models
+		if len(models) == 0 {
+			models = []string{req.Model}
+		}
+		for i, model := range models {
+			share, whole := shareSubRequest, wholeSubRequest
+			if len(req.Models) > 0 {
+				whole = fmt.Sprintf("%s%d", subRequestPrefix, i)
+				share = whole + shareSuffix
+			}
+			request.FirstAvailable = append(request.FirstAvailable, resourceapi.DeviceSubRequest{
+				Name:            share,
+				DeviceClassName: o.classes[0].Name,
+				Selectors:       append(o.selectors(model, nil), celSelector("device.allowMultipleAllocations")),
+				AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+				Count:           int64(req.Count),
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+					deviceschema.CapMemory: req.Memory.DeepCopy(), deviceschema.CapCompute: shareCompute.DeepCopy(),
+				}},
+			}, resourceapi.DeviceSubRequest{
+				Name:            whole,
+				DeviceClassName: o.classes[0].Name,
+				Selectors:       o.selectors(model, req.Memory),
+				AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+				Count:           int64(req.Count),
+			})
+		}
+	case len(req.Models) > 0:
 		for i, model := range req.Models {
 			request.FirstAvailable = append(request.FirstAvailable, resourceapi.DeviceSubRequest{
 				Name:            fmt.Sprintf("%s%d", subRequestPrefix, i),
@@ -35,7 +80,7 @@ func (o options) template(namespace string, req Request) (*resourceapi.ResourceC
 				Count:           int64(req.Count),
 			})
 		}
-	} else {
+	default:
 		request.Exactly = &resourceapi.ExactDeviceRequest{
 			DeviceClassName: o.classes[0].Name,
 			Selectors:       o.selectors(req.Model, req.Memory),

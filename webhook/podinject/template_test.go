@@ -133,6 +133,7 @@ func TestTemplateNames(t *testing.T) {
 		"memory": name(o, Request{Count: 2, Model: "X", Memory: q("41Gi")}),
 		"none":   name(o, Request{Count: 2}),
 		"driver": name(other, Request{Count: 2, Model: "X", Memory: q("40Gi")}),
+		"share":  name(o, Request{Count: 2, Model: "X", Memory: q("40Gi"), MemoryShare: true}),
 	} {
 		if n == base {
 			t.Errorf("a different %s must give a different template, both are %s", what, n)

@@ -22,6 +22,13 @@ type cluster struct {
 	informers *published.Informers
 	features  *servedfeatures.Detector
 	cs        kubernetes.Interface
+	shared    sharedDevices
+}
+
+// sharedDevices tells whether the driver publishes GPUs several claims may share
+// (claimvalidation.Validator, from its view of the published slices).
+type sharedDevices interface {
+	PublishesShared() (bool, error)
 }
 
 var (
@@ -71,4 +78,14 @@ func (c *cluster) NamespaceLabels(ctx context.Context, namespace string) (map[st
 		return nil, err
 	}
 	return ns.Labels, nil
+}
+
+// SharesMemory: the API server keeps capacity requests and the driver publishes shared-memory
+// GPUs, so a pod's memory annotation can ask for a share of one.
+func (c *cluster) SharesMemory(ctx context.Context) (bool, error) {
+	served, err := c.features.ConsumableCapacity(ctx)
+	if err != nil || !served {
+		return false, err
+	}
+	return c.shared.PublishesShared()
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
 	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -66,6 +67,7 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 //     annotated pods, watched to count them per namespace and check their specs; dry-run probes
 //     of what the API server serves in o.Namespace)
 //   - "" namespaces: get (the admin-access label)
+//   - resource.k8s.io resourceclaims: list, watch (their allocations: what is free now)
 func Setup(mgr manager.Manager, o *Options) error {
 	invCfg, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
@@ -85,13 +87,17 @@ func Setup(mgr manager.Manager, o *Options) error {
 	}
 	var validator *claimvalidation.Validator
 	informers := published.NewInformers(cs, o.Resync, func() { validator.Invalidate() }, advertised...)
-	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers)
+	claims := published.NewClaims(cs, o.Resync, func() { validator.InvalidateClaims() })
 	features := servedfeatures.New(cs, o.Namespace,
 		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
 		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
-		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"))
+		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
+		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
+		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"))
+	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers, feasibility.WithServed(features), feasibility.WithClaims(claims))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		informers.Start(ctx)
+		claims.Start(ctx)
 		// Find out what the API server serves now rather than at the first request that needs it,
 		// and say so in the log once.
 		features.Warm(ctx)
@@ -103,7 +109,7 @@ func Setup(mgr manager.Manager, o *Options) error {
 	})); err != nil {
 		return fmt.Errorf("add informers: %w", err)
 	}
-	c := &cluster{informers: informers, features: features, cs: cs}
+	c := &cluster{informers: informers, features: features, cs: cs, shared: validator}
 
 	templates := podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -138,6 +144,9 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
 		if !informers.HasSynced() {
 			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
+		}
+		if !claims.HasSynced() {
+			return errors.New("ResourceClaims not listed yet")
 		}
 		if !templates.HasSynced() {
 			return errors.New("managed ResourceClaimTemplates not listed yet")

@@ -44,7 +44,7 @@ var validateCases = []validateCase{
 		warnings: []string{"resource.k8s.io/v1beta1 ResourceClaimTemplate is deprecated and removed in Kubernetes 1.38; write it as resource.k8s.io/v1: "}},
 	{name: "seed 1.34 template", file: filepath.Join(seedDir, "resourceclaimtemplate.v1.yaml")},
 	{name: "misspelt attribute, paths as written in v1beta1", file: "testdata/validate/typo.v1beta1.yaml", code: ExitDenied,
-		denied:   []string{`spec.spec.devices.requests[0].selectors[0].cel.expression: unknown attribute "modle"; this driver publishes index, model, uuid, driverVersion`},
+		denied:   []string{`spec.spec.devices.requests[0].selectors[0].cel.expression: unknown attribute "modle"; this driver publishes index, model, uuid, driverVersion, partitionable, partition, full`},
 		warnings: []string{"deprecated"}},
 	{name: "more devices than a node holds", file: "testdata/validate/nine.v1beta2.yaml", code: ExitDenied,
 		denied:   []string{"spec.devices.requests[0].exactly.count: request gpus wants 9 devices, but no node of driver gpu.example.com holds more than 8"},
