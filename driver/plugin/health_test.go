@@ -29,7 +29,9 @@ import (
 
 var faultTime = metav1.NewTime(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
 
-func xid(msg string) health.Fault { return health.Fault{Kind: health.KindXID, Time: faultTime, Message: msg} }
+func xid(msg string) health.Fault {
+	return health.Fault{Kind: health.KindXID, Time: faultTime, Message: msg}
+}
 
 // fakeTracker is a HealthTracker whose faults a test sets.
 type fakeTracker struct {
@@ -145,7 +147,9 @@ func TestNotifyPods(t *testing.T) {
 }
 
 // fakePublisher records what reaches the helper.
-type fakePublisher struct{ published []resourceslice.DriverResources }
+type fakePublisher struct {
+	published []resourceslice.DriverResources
+}
 
 func (f *fakePublisher) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
 	f.published = append(f.published, r)
