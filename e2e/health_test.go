@@ -285,7 +285,8 @@ func waitHealthStatus(t *testing.T, c *framework.Cluster, ns, pod, dev, health s
 			last = p.Status.ContainerStatuses[0].AllocatedResourcesStatus
 			for _, rs := range last {
 				for _, r := range rs.Resources {
-					if strings.HasSuffix(string(r.ResourceID), "/"+dev) || strings.Contains(string(r.ResourceID), dev) {
+					// The CDI device ID (<vendor>/<class>=<claim UID>-<device>), else driver/pool/device.
+					if id := string(r.ResourceID); strings.HasSuffix(id, "-"+dev) || strings.HasSuffix(id, "/"+dev) {
 						if string(r.Health) == health {
 							return nil
 						}

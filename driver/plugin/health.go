@@ -98,6 +98,9 @@ const (
 // reserved for many pods.
 const maxEventPods = 256
 
+// notifyTimeout bounds the claim reads of one change's Events.
+const notifyTimeout = 30 * time.Second
+
 // NotifyPods puts an Event on every pod that uses a device whose health changed between before and
 // after: Warning DeviceUnhealthy when it turned faulty (or its fault changed), Normal
 // DeviceRecovered when its fault was cleared. The pods are those the prepared claims holding the
@@ -118,6 +121,9 @@ func (d *Driver) NotifyPods(ctx context.Context, claims ClaimGetter, recorder Ev
 	if len(changed) == 0 {
 		return
 	}
+	// The tracker's next change waits for this one: bound the claim reads.
+	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
+	defer cancel()
 	prepared, err := d.PreparedClaims()
 	if err != nil {
 		logger.Error(err, "No pod Events for changed device health: the checkpoint is unreadable")
