@@ -199,16 +199,21 @@ spec:
 // the API server).
 func partitionableKept(t *testing.T, c *framework.Cluster) bool {
 	t.Helper()
-	slice := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-probe-"},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver: "probe.example.com", AllNodes: ptr.To(true), Pool: resourceapi.ResourcePool{Name: "probe", ResourceSliceCount: 1},
-			SharedCounters: []resourceapi.CounterSet{{Name: "c", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("1Gi")}}}},
-		},
-	}
+	got := dryRunProbeSlice(t, c, "a counter set", resourceapi.ResourceSliceSpec{
+		SharedCounters: []resourceapi.CounterSet{{Name: "c", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("1Gi")}}}},
+	})
+	return len(got.Spec.SharedCounters) == 1
+}
+
+// dryRunProbeSlice is what the API server would store of a slice with spec (driver, pool and
+// node selection filled in), created with dryRun: what it drops, it does not serve.
+func dryRunProbeSlice(t *testing.T, c *framework.Cluster, what string, spec resourceapi.ResourceSliceSpec) *resourceapi.ResourceSlice {
+	t.Helper()
+	spec.Driver, spec.AllNodes, spec.Pool = "probe.example.com", ptr.To(true), resourceapi.ResourcePool{Name: "probe", ResourceSliceCount: 1}
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-probe-"}, Spec: spec}
 	got, err := draclient.New(c.Clientset).ResourceSlices().Create(context.Background(), slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		t.Fatalf("dry-run create of a slice with a counter set: %v", err)
+		t.Fatalf("dry-run create of a slice with %s: %v", what, err)
 	}
-	return len(got.Spec.SharedCounters) == 1
+	return got
 }

@@ -278,19 +278,10 @@ func checkFallbackLine(t *testing.T, c *framework.Cluster, kept bool, want strin
 // allowMultipleAllocations (KEP-5075 on in the API server).
 func consumableCapacityKept(t *testing.T, c *framework.Cluster) bool {
 	t.Helper()
-	one := resource.MustParse("1Gi")
-	slice := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-probe-"},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver: "probe.example.com", AllNodes: ptr.To(true), Pool: resourceapi.ResourcePool{Name: "probe", ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "d", AllowMultipleAllocations: ptr.To(true),
-				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: one}}}},
-		},
-	}
-	got, err := draclient.New(c.Clientset).ResourceSlices().Create(context.Background(), slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		t.Fatalf("dry-run create of a shared device's slice: %v", err)
-	}
+	got := dryRunProbeSlice(t, c, "a shared device", resourceapi.ResourceSliceSpec{
+		Devices: []resourceapi.Device{{Name: "d", AllowMultipleAllocations: ptr.To(true),
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("1Gi")}}}},
+	})
 	return ptr.Deref(got.Spec.Devices[0].AllowMultipleAllocations, false)
 }
 

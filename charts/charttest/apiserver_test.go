@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra/driver/health"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
@@ -232,6 +233,7 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 	}
 
 	t.Run("plugin's Node informer", func(t *testing.T) { testPluginNodeInformer(t, srv) })
+	t.Run("plugin's faults source", func(t *testing.T) { testPluginFaultsSource(t, srv) })
 
 	// Spot checks through SubjectAccessReview, as the authorizer answers the API server.
 	for _, tc := range []struct {
@@ -454,5 +456,45 @@ func testPluginNodeInformer(t *testing.T, srv *testapiserver.Server) {
 		return ok && o.(*corev1.Node).Labels["gpu.example.com/group"] == "small", nil
 	}); err != nil {
 		t.Errorf("the plugin's Node informer did not see the relabel: %v", err)
+	}
+}
+
+// testPluginFaultsSource runs the plugin's faults source with the plugin's service account: the
+// Role lets it list and watch only the chart's faults ConfigMap, by name, and an entry written for
+// its node reaches it.
+func testPluginFaultsSource(t *testing.T, srv *testapiserver.Server) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	asPlugin := kubernetes.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", nil))
+	src := &health.ConfigMapSource{Client: asPlugin, Namespace: releaseNS, Name: "gpu-dra-faults", NodeName: "node-faults"}
+	reports := make(chan health.Faults, 10)
+	go func() { _ = src.Run(ctx, func(f health.Faults) { reports <- f }) }()
+	select {
+	case f := <-reports:
+		if len(f) != 0 {
+			t.Fatalf("first report %v, want no faults in the chart's empty ConfigMap", f)
+		}
+	case <-ctx.Done():
+		t.Fatal("the plugin's faults source never read the ConfigMap: its service account may not list and watch it")
+	}
+	cms := srv.Clientset.CoreV1().ConfigMaps(releaseNS)
+	cm, err := cms.Get(ctx, "gpu-dra-faults", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"node-faults": "gpu-1: {kind: xid, time: \"2026-12-03T10:00:00Z\", message: XID 79}\n"}
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-reports:
+		if f["gpu-1"].Kind != health.KindXID || f["gpu-1"].Message != "XID 79" {
+			t.Errorf("report %v, want gpu-1 xid", f)
+		}
+	case <-ctx.Done():
+		t.Error("the plugin's faults source did not see the new entry")
+	}
+	if _, err := asPlugin.CoreV1().ConfigMaps(releaseNS).Get(ctx, "gpu-dra-inventory", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the plugin reads another ConfigMap of the release namespace: %v", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 	"github.com/gpu-dra/gpu-dra/driver/devicestatus"
+	"github.com/gpu-dra/gpu-dra/driver/health"
 	"github.com/gpu-dra/gpu-dra/driver/liveness"
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
@@ -102,6 +103,11 @@ type instance struct {
 	helper      *kubeletplugin.Helper
 	stopWatcher func()
 	stopHealth  func()
+
+	// health tracks the node's device faults; publisher adds their taints to what is published.
+	health     *health.Tracker
+	publisher  *plugin.TaintingPublisher
+	stopFaults func()
 }
 
 // start brings the plugin up step by step; whatever started before a failing step is left to
@@ -127,6 +133,7 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 		},
 	}
 	source := simulated.New(p.o.NodeName, p.sharing.Effective(ctx, group, spec))
+	p.newHealth()
 	if err := p.newDriver(ctx, source, fail); err != nil {
 		return err
 	}
@@ -137,6 +144,7 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 	if err := p.startHelper(ctx, node, source); err != nil {
 		return err
 	}
+	p.startHealth(ctx)
 	p.startWatcher(ctx, spec)
 
 	checker := &liveness.Checker{DriverName: p.o.DriverName, RegistrationSocket: p.o.RegistrationSocket(), DRASocket: p.o.DRASocket()}
@@ -192,7 +200,7 @@ func (p *instance) newDriver(ctx context.Context, source plugin.DeviceSource, fa
 		return fmt.Errorf("--cdi-root: %w", err)
 	}
 	p.metrics = metrics.New()
-	opts := []plugin.DriverOption{plugin.WithMetrics(p.metrics), plugin.WithFatalHandler(fail)}
+	opts := []plugin.DriverOption{plugin.WithMetrics(p.metrics), plugin.WithFatalHandler(fail), plugin.WithHealth(p.health)}
 	if p.o.DeviceStatus {
 		status, err := p.statusWriter()
 		if err != nil {
@@ -240,7 +248,9 @@ func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source pl
 		kubeletplugin.KubeClient(p.client),
 		kubeletplugin.RegistrarDirectoryPath(p.o.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(p.o.DataDir()),
-		kubeletplugin.HealthService(false),
+		// Device health for the kubelet (KEP-4680): kubelets without ResourceHealthStatus never
+		// subscribe, and 1.32's registration ignores services it does not know.
+		kubeletplugin.HealthService(true),
 	}
 	if p.o.DeviceMetadata {
 		helperOpts = append(helperOpts, deviceMetadataOptions(p.o.CDIRoot)...)
@@ -253,11 +263,12 @@ func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source pl
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	p.helper = helper
+	p.publisher.Publisher = helper
 	resources, err := plugin.Resources(ctx, p.o.NodeName, source, p.sharing.Layout())
 	if err != nil {
 		return err
 	}
-	if err := helper.PublishResources(ctx, resources); err != nil {
+	if err := p.publisher.PublishResources(ctx, resources); err != nil {
 		return fmt.Errorf("publish ResourceSlices: %w", err)
 	}
 	return nil
@@ -267,7 +278,7 @@ func (p *instance) startHelper(ctx context.Context, node *corev1.Node, source pl
 func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupSpec) {
 	watcher := &plugin.NodeGroupWatcher{
 		NodeName: p.o.NodeName, ConfigPath: p.o.NodeGroupsFile, Interval: p.o.NodeGroupsPollInterval,
-		Client: p.client, Driver: p.driver, Publisher: p.helper, Current: published, Sharing: p.sharing,
+		Client: p.client, Driver: p.driver, Publisher: p.publisher, Current: published, Sharing: p.sharing,
 	}
 	watchCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -276,11 +287,14 @@ func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupS
 }
 
 // stop ends whatever start got running, in one order: first what changes the published devices
-// (the watcher, then the helper: its sockets go and its slice controller stops writing; the slices
+// (the watcher, the faults, then the helper: its sockets go and its slice controller stops writing; the slices
 // stay), the HTTP endpoints last, so probes and metrics answer throughout.
 func (p *instance) stop() {
 	if p.stopWatcher != nil {
 		p.stopWatcher()
+	}
+	if p.stopFaults != nil {
+		p.stopFaults()
 	}
 	if p.helper != nil {
 		p.helper.Stop()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
+	"github.com/gpu-dra/gpu-dra/driver/health"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/flagalias"
@@ -46,6 +48,11 @@ type Options struct {
 	// DeviceMetadata has the kubeletplugin library write a device metadata file (KEP-5304) per
 	// claim and request, bind-mounted into the containers through CDI.
 	DeviceMetadata bool
+	// FaultsConfigMap is the faults ConfigMap as namespace/name (health.ConfigMapSource); empty
+	// means no simulated faults.
+	FaultsConfigMap string
+	// NoExecuteFaultKinds are the fault kinds whose taint is NoExecute (others: NoSchedule).
+	NoExecuteFaultKinds []string
 	// DeleteAllSlices selects the chart's pre-delete hook instead of Run (see DeleteAllSlices).
 	DeleteAllSlices bool
 }
@@ -87,6 +94,16 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
 	fs.BoolVar(&o.DeviceStatus, "device-status", o.DeviceStatus, "Record each prepared device's uuid, model, index and driverVersion in its ResourceClaim's status.devices (needs patch on resourceclaims/status).")
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Bind-mount a device metadata file per claim and request into containers (/var/run/kubernetes.io/dra-device-attributes/...), through a CDI spec in --cdi-root.")
+	fs.StringVar(&o.FaultsConfigMap, "faults-configmap", o.FaultsConfigMap, "ConfigMap (namespace/name) of simulated device faults, written by `kubectl dra fault`; its key <node name> holds this node's. Empty disables them.")
+	fs.Func("no-execute-fault-kinds", "Comma-separated fault kinds ("+strings.Join(health.KindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule.", func(s string) error {
+		o.NoExecuteFaultKinds = nil
+		for _, k := range strings.Split(s, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				o.NoExecuteFaultKinds = append(o.NoExecuteFaultKinds, k)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "Delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook).")
 	flagalias.Deprecated(fs, "inventory-config", "node-groups")
 	flagalias.Deprecated(fs, "inventory-poll-interval", "node-groups-poll-interval")
@@ -105,7 +122,36 @@ func (o *Options) Validate() error {
 	if o.RegistrarDir == "" || o.PluginsDir == "" {
 		errs = append(errs, errors.New("--kubelet-registrar-dir and --kubelet-plugins-dir must not be empty"))
 	}
+	for _, k := range o.NoExecuteFaultKinds {
+		if _, err := health.ParseKind(k); err != nil {
+			errs = append(errs, fmt.Errorf("--no-execute-fault-kinds: %w", err))
+		}
+	}
+	if o.FaultsConfigMap != "" {
+		ns, name := splitNamespaced(o.FaultsConfigMap)
+		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			errs = append(errs, fmt.Errorf("--faults-configmap %q: want namespace/name, e.g. gpu-dra/gpu-dra-faults", o.FaultsConfigMap))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// splitNamespaced splits namespace/name; without a slash the namespace is empty.
+func splitNamespaced(s string) (string, string) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok {
+		return "", s
+	}
+	return ns, name
+}
+
+// noExecuteKinds are the validated NoExecuteFaultKinds.
+func (o *Options) noExecuteKinds() []health.Kind {
+	out := make([]health.Kind, 0, len(o.NoExecuteFaultKinds))
+	for _, k := range o.NoExecuteFaultKinds {
+		out = append(out, health.Kind(k))
+	}
+	return out
 }
 
 func (o *Options) clientset() (kubernetes.Interface, error) {

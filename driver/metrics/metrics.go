@@ -29,6 +29,8 @@ type Metrics struct {
 	unprepareLatency prometheus.Histogram
 	preparedClaims   prometheus.Gauge
 	errors           *prometheus.CounterVec
+	devices          *prometheus.GaugeVec
+	faults           *prometheus.GaugeVec
 }
 
 // New registers the plugin's metrics plus the Go and process collectors.
@@ -62,8 +64,16 @@ func New() *Metrics {
 			Namespace: namespace, Name: "errors_total",
 			Help: "Errors by component: prepare, unprepare, checkpoint, publish, cleanup, grpc.",
 		}, []string{"component"}),
+		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "devices",
+			Help: "Devices this node publishes, by health: healthy, unhealthy (a fault is reported for it).",
+		}, []string{"health"}),
+		faults: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "device_faults",
+			Help: "Faulty devices on this node, by fault kind.",
+		}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.prepares, m.unprepares, m.prepareLatency, m.unprepareLatency, m.preparedClaims, m.errors,
+	m.Registry.MustRegister(m.prepares, m.unprepares, m.prepareLatency, m.unprepareLatency, m.preparedClaims, m.errors, m.devices, m.faults,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -93,6 +103,24 @@ func (m *Metrics) ObserveUnprepare(d time.Duration, err error) {
 
 // SetPreparedClaims sets the gauge of prepared claims.
 func (m *Metrics) SetPreparedClaims(n int) { m.preparedClaims.Set(float64(n)) }
+
+// Health label values of the devices gauge.
+const (
+	HealthHealthy   = "healthy"
+	HealthUnhealthy = "unhealthy"
+)
+
+// SetDeviceHealth sets the devices gauge and the faults per kind; every kind in kinds is set, to 0
+// when no device has it, so that a cleared fault shows as 0 rather than as a stale series.
+func (m *Metrics) SetDeviceHealth(devices int, faultsByKind map[string]int, kinds []string) {
+	unhealthy := 0
+	for _, k := range kinds {
+		m.faults.WithLabelValues(k).Set(float64(faultsByKind[k]))
+		unhealthy += faultsByKind[k]
+	}
+	m.devices.WithLabelValues(HealthUnhealthy).Set(float64(unhealthy))
+	m.devices.WithLabelValues(HealthHealthy).Set(float64(max(devices-unhealthy, 0)))
+}
 
 // Error counts an error of a component.
 func (m *Metrics) Error(component string) { m.errors.WithLabelValues(component).Inc() }

@@ -48,6 +48,8 @@ type Driver struct {
 	store      *checkpoint.Store
 	metrics    *metrics.Metrics
 	onFatal    func(error)
+	// health is the node's faults, streamed to the kubelet; nil declines health reporting.
+	health HealthTracker
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -305,7 +307,17 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	}
 }
 
-// WatchHealthStatus: simulated devices have no health to report.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+// HasDevice reports whether the node publishes a device of that name.
+func (d *Driver) HasDevice(name string) bool {
+	d.mutex.RLock()
+	defer d.mutex.RUnlock()
+	_, ok := d.attributes[name]
+	return ok
+}
+
+// DeviceCount is the number of devices the node publishes.
+func (d *Driver) DeviceCount() int {
+	d.mutex.RLock()
+	defer d.mutex.RUnlock()
+	return len(d.attributes)
 }

@@ -66,8 +66,13 @@ type Device struct {
 	// Shared: the device allows several allocations at once (allowMultipleAllocations).
 	Shared bool    `json:"shared,omitempty"`
 	Taints []Taint `json:"taints,omitempty"`
-	// Healthy is false when a taint keeps new claims off the device (NoSchedule, NoExecute).
-	Healthy     bool         `json:"healthy"`
+	// Healthy is false when a taint keeps new claims off the device (NoSchedule, NoExecute), or
+	// when the caller found a Fault.
+	Healthy bool `json:"healthy"`
+	// Fault is a fault reported for the device outside its ResourceSlice ("kind: message"), set
+	// by the caller: the gpu-dra plugin's simulated faults, which a cluster that drops device
+	// taints never sees as taints.
+	Fault       string       `json:"fault,omitempty"`
 	State       State        `json:"state"`
 	Allocations []Allocation `json:"allocations,omitempty"`
 	// Consumed is the capacity the allocations of a shared device consume together.

@@ -122,6 +122,9 @@ func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string,
 			lastErr = err
 		}
 	}
+	if msg := v.onlyTainted(ctx, s, namespace, spec, candidates); msg != "" {
+		return msg, ctx.Err() == nil
+	}
 	msg := explain(s, spec, alts, candidates)
 	if lastErr != nil {
 		return msg + fmt.Sprintf(" (allocator: %v)", lastErr), false

@@ -41,6 +41,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "gpu-dra.webhookName" -}}{{ include "gpu-dra.fullname" . }}-webhook{{- end }}
 {{- define "gpu-dra.cleanupName" -}}{{ include "gpu-dra.fullname" . }}-cleanup{{- end }}
 {{- define "gpu-dra.inventoryName" -}}{{ include "gpu-dra.fullname" . }}-inventory{{- end }}
+{{- define "gpu-dra.faultsName" -}}{{ include "gpu-dra.fullname" . }}-faults{{- end }}
 
 {{/* certs.mode with auto resolved: cert-manager when the cluster serves it, else self. */}}
 {{- define "gpu-dra.certMode" -}}

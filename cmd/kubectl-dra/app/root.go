@@ -65,7 +65,7 @@ offline (CI pipelines) or against a cluster's ResourceSlices and DeviceClasses.`
 	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(logFlags)
 	root.PersistentFlags().AddGoFlag(logFlags.Lookup("v"))
-	root.AddCommand(newUpgradeCommand(streams, flags), newValidateCommand(streams, flags), newStatusCommand(streams, flags), newWhyCommand(streams, flags))
+	root.AddCommand(newUpgradeCommand(streams, flags), newValidateCommand(streams, flags), newStatusCommand(streams, flags), newWhyCommand(streams, flags), newFaultCommand(streams, flags))
 	return root
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -28,10 +29,11 @@ type statusOptions struct {
 	driverName       string
 	allDrivers       bool
 	output           string
+	faultsConfigMap  string
 }
 
 func newStatusCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
-	o := &statusOptions{streams: streams, flags: flags, driverName: deviceschema.DefaultDriverName}
+	o := &statusOptions{streams: streams, flags: flags, driverName: deviceschema.DefaultDriverName, faultsConfigMap: defaultFaultsNamespace + "/" + defaultFaultsConfigMap}
 	cmd := &cobra.Command{
 		Use:   "status [-l selector] [--node NODE] [-o wide|json|yaml]",
 		Short: "Show every GPU: model, memory, health, and the claim and pod holding it",
@@ -41,8 +43,10 @@ with the share and consumed capacity of shared devices. Then the totals per mode
 
 STATE is free, allocated, shared (a device that allows several allocations holds at least one)
 or blocked (a partition whose GPU's counters other partitions use up). HEALTH is ok or the
-device's taints; a device with a NoSchedule or NoExecute taint counts as UNHEALTHY in the
-totals, whether or not a claim holds it.
+device's taints, and the simulated fault of the device where one is set (kubectl dra fault) but
+the device carries no taint for it (the API server drops device taints before 1.36, unless
+DRADeviceTaints is on); a device with a NoSchedule or NoExecute taint or such a fault counts as
+UNHEALTHY in the totals, whether or not a claim holds it.
 
 It reads with your credentials: ResourceSlices, ResourceClaims in all namespaces and, where the
 cluster serves them, DeviceTaintRules (one list each), plus Nodes with -l or --node; or all of
@@ -66,6 +70,7 @@ them from --cluster-state (e.g. the output of "kubectl get resourceslices,resour
 	cmd.Flags().StringVar(&o.driverName, "driver-name", o.driverName, "DRA driver whose devices to show; also the domain of the model attribute and memory capacity")
 	cmd.Flags().BoolVar(&o.allDrivers, "all-drivers", false, "show the devices of every DRA driver")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml (default: text)")
+	cmd.Flags().StringVar(&o.faultsConfigMap, "faults-configmap", o.faultsConfigMap, "the chart's simulated faults (namespace/name), shown where readable; empty: none")
 	return cmd
 }
 
@@ -97,7 +102,13 @@ func (o *statusOptions) run(ctx context.Context) error {
 			fmt.Fprintf(o.streams.ErrOut, "kubectl dra: no node matches%s\n", o.describeSelection())
 		}
 	}
-	rep := fleet.Build(state.fleetInput()).Report(sel)
+	f := fleet.Build(state.fleetInput())
+	if o.clusterStateFile == "" && o.faultsConfigMap != "" {
+		for _, n := range o.markFaults(ctx, f) {
+			fmt.Fprintf(o.streams.ErrOut, "kubectl dra: %s\n", n)
+		}
+	}
+	rep := f.Report(sel)
 	if o.output == "json" || o.output == "yaml" {
 		return printStructured(o.streams.Out, o.output, rep)
 	}
@@ -177,4 +188,18 @@ func printStructured(out io.Writer, format string, v any) error {
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+func (o *statusOptions) markFaults(ctx context.Context, f *fleet.Fleet) []string {
+	ns, name, ok := strings.Cut(o.faultsConfigMap, "/")
+	if !ok {
+		return []string{fmt.Sprintf("--faults-configmap %q: want namespace/name", o.faultsConfigMap)}
+	}
+	cs, err := clientset(o.flags)
+	if err != nil {
+		return []string{fmt.Sprintf("simulated faults not shown: %v", err)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	return markFaults(ctx, cs, ns, name, o.driverName, f)
 }

@@ -134,16 +134,30 @@ func printTotals(w io.Writer, totals []fleet.Total, wide bool) {
 	}
 }
 
-// health is "ok" or the device's taints; wide names the DeviceTaintRule of each added taint.
+// health is "ok" or the device's taints; wide names the DeviceTaintRule of each added taint. A
+// fault the driver's taints do not show yet (or cannot: the API server drops them) follows.
 func health(d *fleet.Device, wide bool) string {
-	if len(d.Taints) == 0 {
+	if len(d.Taints) == 0 && d.Fault == "" {
 		return "ok"
 	}
-	parts := make([]string, 0, len(d.Taints))
+	parts := make([]string, 0, len(d.Taints)+1)
+	tainted := false
 	for _, t := range d.Taints {
 		s := t.String()
 		if wide && t.Rule != "" {
 			s += " (rule " + t.Rule + ")"
+		}
+		tainted = tainted || (t.Rule == "" && t.Key == d.Driver+"/unhealthy")
+		parts = append(parts, s)
+	}
+	if d.Fault != "" && (!tainted || wide) {
+		kind, msg, _ := strings.Cut(d.Fault, ": ")
+		s := "fault " + kind
+		if wide && msg != "" {
+			s += " (" + msg + ")"
+		}
+		if !tainted {
+			s += " (not tainted)"
 		}
 		parts = append(parts, s)
 	}

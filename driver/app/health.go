@@ -1,0 +1,78 @@
+package app
+
+import (
+	"context"
+
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/plugin"
+)
+
+// newHealth makes the node's fault tracker and the publisher that turns faults into taints. The
+// tracker's source is the faults ConfigMap when one is configured; without one no device ever
+// becomes faulty (a hardware backend would be another health.Source).
+func (p *instance) newHealth() {
+	var source health.Source = noFaults{}
+	if p.o.FaultsConfigMap != "" {
+		ns, name := splitNamespaced(p.o.FaultsConfigMap)
+		source = &health.ConfigMapSource{
+			Client: p.client, Namespace: ns, Name: name, NodeName: p.o.NodeName,
+			// The driver exists by the time the tracker runs (startHealth).
+			Known: func(dev string) bool { return p.driver.HasDevice(dev) },
+		}
+	}
+	p.health = health.NewTracker(source)
+	p.publisher = &plugin.TaintingPublisher{
+		Policy: health.TaintPolicy{DriverName: p.o.DriverName, NoExecuteKinds: p.o.noExecuteKinds()},
+		Probe: func(ctx context.Context) (string, error) {
+			return plugin.ProbeDeviceTaints(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
+		},
+	}
+}
+
+// startHealth runs the tracker once the helper publishes: each change of the faults re-publishes
+// the taints, updates the metrics and tells the pods using the devices.
+func (p *instance) startHealth(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: p.client.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		logger.Error(err, "Pod Events about device health disabled")
+	}
+	recorder := broadcaster.NewRecorder(scheme.Scheme, "gpu-kubelet-plugin")
+	p.updateHealthMetrics(health.Faults{})
+	p.health.OnChange(func(ctx context.Context, before, after health.Faults) {
+		if err := p.publisher.SetFaults(ctx, after); err != nil {
+			klog.FromContext(ctx).Error(err, "Re-publishing device taints failed; retried at the next change")
+		}
+		p.updateHealthMetrics(after)
+		p.driver.NotifyPods(ctx, p.resourceClient, recorder, before, after)
+	})
+	healthCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.health.Run(healthCtx); err != nil {
+			logger.Error(err, "Device health source stopped; devices keep the health they had")
+		}
+	}()
+	p.stopFaults = func() { cancel(); <-done; broadcaster.Shutdown() }
+}
+
+func (p *instance) updateHealthMetrics(faults health.Faults) {
+	byKind := map[string]int{}
+	for _, f := range faults {
+		byKind[string(f.Kind)]++
+	}
+	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, health.KindNames())
+}
+
+// noFaults is the source of a plugin without a faults ConfigMap.
+type noFaults struct{}
+
+func (noFaults) Run(ctx context.Context, _ func(health.Faults)) error {
+	<-ctx.Done()
+	return nil
+}
