@@ -15,7 +15,7 @@ import (
 // that have tainted devices, at most maxShapes of them, and names the first node where the claim
 // then fits with its distinct taints. "" when no such node is found.
 func (v *View) onlyTainted(ctx context.Context, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, candidates []int) string {
-	ignore := v.features
+	ignore := v.featuresFor(ctx, s)
 	ignore.DeviceTaints = false
 	tried := 0
 	for _, n := range candidates {
