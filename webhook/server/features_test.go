@@ -107,27 +107,10 @@ func TestServedFeaturesThroughAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			wio := srv.Env.WebhookInstallOptions
-			probe := freeAddr(t)
-			opts := NewOptions()
-			opts.CertDir, opts.Host, opts.Port = wio.LocalServingCertDir, wio.LocalServingHost, wio.LocalServingPort
-			opts.HealthProbeBindAddress, opts.MetricsBindAddress = probe, "0"
-			opts.Namespace = "gpu-dra"
-			opts.DeviceClasses = []podinject.DeviceClass{{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"}}
-			mgr, err := NewManager(srv.Config, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := Setup(mgr, opts); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- mgr.Start(ctx) }()
-			defer func() {
-				cancel()
-				<-done
-			}()
-			waitReady(t, "http://"+probe+"/readyz")
+			startWebhook(ctx, t, srv, func(o *Options) {
+				o.Namespace = "gpu-dra"
+				o.DeviceClasses = []podinject.DeviceClass{{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"}}
+			})
 
 			t.Run("limits", func(t *testing.T) {
 				pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "limits"}, Spec: v1.PodSpec{Containers: []v1.Container{{

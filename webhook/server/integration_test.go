@@ -102,31 +102,7 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 	}
 	populate(ctx, t, srv.Clientset)
 
-	wio := srv.Env.WebhookInstallOptions
-	probe := freeAddr(t)
-	opts := NewOptions()
-	opts.NodeGroupsFile = "testdata/inventory-config.yaml"
-	opts.CertDir = wio.LocalServingCertDir
-	opts.Host = wio.LocalServingHost
-	opts.Port = wio.LocalServingPort
-	opts.HealthProbeBindAddress = probe
-	opts.MetricsBindAddress = "0"
-	mgr, err := NewManager(srv.Config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Setup(mgr, opts); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	waitReady(t, "http://"+probe+"/readyz")
+	startWebhook(ctx, t, srv, func(o *Options) { o.NodeGroupsFile = "testdata/inventory-config.yaml" })
 
 	admin, err := srv.Env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -233,6 +209,37 @@ func convert(t *testing.T, raw []byte, version string) runtime.Object {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// startWebhook runs the webhook binary's manager (NewManager, Setup) on the address srv's webhook
+// configurations call, until ctx ends or the test does; edit sets the options a test needs.
+func startWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Server, edit func(*Options)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	wio := srv.Env.WebhookInstallOptions
+	probe := freeAddr(t)
+	opts := NewOptions()
+	opts.CertDir, opts.Host, opts.Port = wio.LocalServingCertDir, wio.LocalServingHost, wio.LocalServingPort
+	opts.HealthProbeBindAddress, opts.MetricsBindAddress = probe, "0"
+	edit(opts)
+	mgr, err := NewManager(srv.Config, opts)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := Setup(mgr, opts); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	waitReady(t, "http://"+probe+"/readyz")
 }
 
 func waitReady(t *testing.T, url string) {

@@ -112,27 +112,10 @@ func testSharing(t *testing.T, gates string, served bool) {
 		t.Fatalf("API server kept allowMultipleAllocations: %v, want %v", kept, served)
 	}
 
-	wio := srv.Env.WebhookInstallOptions
-	probe := freeAddr(t)
-	opts := NewOptions()
-	opts.CertDir, opts.Host, opts.Port = wio.LocalServingCertDir, wio.LocalServingHost, wio.LocalServingPort
-	opts.HealthProbeBindAddress, opts.MetricsBindAddress = probe, "0"
-	opts.Namespace = "gpu-dra"
-	opts.DeviceClasses = []podinject.DeviceClass{{Name: "gpu.example.com"}}
-	mgr, err := NewManager(srv.Config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Setup(mgr, opts); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitReady(t, "http://"+probe+"/readyz")
+	startWebhook(ctx, t, srv, func(o *Options) {
+		o.Namespace = "gpu-dra"
+		o.DeviceClasses = []podinject.DeviceClass{{Name: "gpu.example.com"}}
+	})
 
 	// create creates a claim asking for memory (and 20 compute) of a GPU and returns the
 	// API server's warnings.
