@@ -367,7 +367,7 @@ func (f *webhookFaults) run(d, every time.Duration) {
 		}
 		var running []*corev1.Pod
 		for j := range list.Items {
-			if p := &list.Items[j]; p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			if p := &list.Items[j]; p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && containerRunning(p, "webhook") {
 				running = append(running, p)
 			}
 		}
@@ -385,12 +385,28 @@ func (f *webhookFaults) run(d, every time.Duration) {
 		case 2:
 			err = f.c.Clientset.CoreV1().Pods(releaseNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
+		if errors.Is(err, framework.ErrNotRunning) {
+			// The pod's status said running, the runtime says it is restarting: nothing to kill, and
+			// no fault injected (the next round picks again).
+			continue
+		}
 		if err != nil {
 			f.errs = append(f.errs, fmt.Errorf("%s webhook pod %s: %w", webhookFaultKinds[kind], pod.Name, err))
 			continue
 		}
 		f.counts[kind]++
 	}
+}
+
+// containerRunning: the pod's status shows its container running (a pod stays Running while the
+// kubelet restarts a killed container).
+func containerRunning(p *corev1.Pod, name string) bool {
+	for _, st := range p.Status.ContainerStatuses {
+		if st.Name == name {
+			return st.State.Running != nil
+		}
+	}
+	return false
 }
 
 func (f *webhookFaults) total() int { return f.counts[0] + f.counts[1] + f.counts[2] }

@@ -29,6 +29,9 @@ func (c *Cluster) crictl(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// ErrNotRunning: the container is not running now (restarting after a crash, or its pod going).
+var ErrNotRunning = errors.New("not running")
+
 // ContainerPID is the host PID of the main process of a pod's running container, as the container
 // runtime reports it.
 func (c *Cluster) ContainerPID(ns, pod, container string) (int, error) {
@@ -38,6 +41,9 @@ func (c *Cluster) ContainerPID(ns, pod, container string) (int, error) {
 		return 0, err
 	}
 	ids := strings.Fields(out)
+	if len(ids) == 0 {
+		return 0, fmt.Errorf("pod %s/%s, container %s: %w", ns, pod, container, ErrNotRunning)
+	}
 	if len(ids) != 1 {
 		return 0, fmt.Errorf("pod %s/%s: %d running containers named %s, want 1", ns, pod, len(ids), container)
 	}
