@@ -165,12 +165,12 @@ func sharingThroughWebhook(t *testing.T, c *framework.Cluster, version, ns strin
 	}
 	docs := strings.Split(string(data), "\n---\n")
 	oversize := docs[len(docs)-1]
-	_, warnings := c.KubectlWarnings(t, []byte(strings.Join(docs[:len(docs)-1], "\n---\n")), "-n", ns, "apply", "-f", "-")
+	_, warnings := c.KubectlWarnings(t, []byte(strings.Join(docs[:len(docs)-1], "\n---\n")), append([]string{"-n", ns, "apply", "-f", "-"}, olderFieldsDropped(version)...)...)
 	t.Logf("apply: warnings %q", warnings)
 	if strings.Contains(warnings, "share-30") || strings.Contains(warnings, "nothing currently published") || strings.Contains(warnings, "held now") {
 		t.Errorf("the 30Gi share and the annotated pod were warned about: %s", warnings)
 	}
-	_, warnings = c.KubectlWarnings(t, []byte(oversize), "-n", ns, "apply", "--dry-run=server", "-f", "-")
+	_, warnings = c.KubectlWarnings(t, []byte(oversize), append([]string{"-n", ns, "apply", "--dry-run=server", "-f", "-"}, olderFieldsDropped(version)...)...)
 	want := "nothing currently published can satisfy the claim: request gpu: 8 published devices match its class and selectors, but none can hold its capacity requests: memory 200Gi requested, at most 80Gi on a device"
 	t.Logf("200Gi claim: warnings %q", warnings)
 	if strings.Contains(warnings, want) != kept {

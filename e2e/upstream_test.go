@@ -201,7 +201,7 @@ func applyUpstream(t *testing.T, c *framework.Cluster, name, version, namespace 
 		}
 		_, _ = c.KubectlErr("delete", "namespace", namespace, "--wait=true", "--timeout=2m")
 	})
-	if out, err := c.KubectlStdin(data, "apply", "-f", "-"); err != nil {
+	if out, err := c.KubectlStdin(data, append([]string{"apply", "-f", "-"}, olderFieldsDropped(version)...)...); err != nil {
 		t.Fatalf("apply %s: %v\n%s", name, err, out)
 	}
 }
