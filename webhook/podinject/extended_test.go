@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // fakeCluster serves what a case says the cluster serves.
@@ -61,21 +59,8 @@ type clusterCase struct {
 // chartDefault is what the chart's default values pass: one class with <driver>/gpu.
 var chartDefault = []DeviceClass{{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"}}
 
-func loadClusterCases(t *testing.T, path string) []clusterCase {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []clusterCase
-	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return cases
-}
-
 func runClusterCases(t *testing.T, path string) {
-	for _, tc := range loadClusterCases(t, path) {
+	for _, tc := range loadCases[clusterCase](t, path) {
 		classes := tc.Classes
 		if classes == nil {
 			classes = chartDefault

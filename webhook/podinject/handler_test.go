@@ -78,13 +78,14 @@ type handlerCase struct {
 	} `json:"want"`
 }
 
-func loadCases(t *testing.T, path string) []handlerCase {
+// loadCases reads a table of test cases from testdata, refusing unknown fields.
+func loadCases[C any](t *testing.T, path string) []C {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cases []handlerCase
+	var cases []C
 	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -179,7 +180,7 @@ func post(t testing.TB, serve http.Handler, contentType string, body []byte) adm
 }
 
 func TestHandle(t *testing.T) {
-	for _, tc := range loadCases(t, "testdata/cases.yaml") {
+	for _, tc := range loadCases[handlerCase](t, "testdata/cases.yaml") {
 		var opts []Option
 		if tc.MaxPerNode != 0 {
 			opts = append(opts, WithMaxDevicesPerNode(tc.MaxPerNode))
