@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Informers caches ResourceSlices, DeviceClasses (in whichever resource.k8s.io version the server
+// Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version the server
 // serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes (labels only).
 type Informers struct {
 	slices, classes, nodes cache.SharedIndexInformer
@@ -52,7 +52,7 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 			}
 			return watch.Filter(w, in.transformEvent), nil
 		},
-	}}, &resourceapi.ResourceSlice{}, resync, nil)
+	}}, &Slice{}, resync, nil)
 	i.classes = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return dra.DeviceClasses().List(ctx, o)
@@ -176,7 +176,7 @@ func (i *Informers) Published() (*Objects, error) {
 		return nil, ErrNotSynced
 	}
 	return &Objects{
-		Slices:  list[resourceapi.ResourceSlice](i.slices),
+		Compact: list[Slice](i.slices),
 		Classes: list[resourceapi.DeviceClass](i.classes),
 		Nodes:   list[v1.Node](i.nodes),
 	}, nil

@@ -13,7 +13,10 @@ import (
 
 // Objects are the published objects at one moment.
 type Objects struct {
-	Slices  []*resourceapi.ResourceSlice
+	Slices []*resourceapi.ResourceSlice
+	// Compact are the slices as the informers keep them; Informers.Published sets these instead
+	// of Slices.
+	Compact []*Slice
 	Classes []*resourceapi.DeviceClass
 	Nodes   []*v1.Node
 }

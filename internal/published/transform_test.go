@@ -49,6 +49,7 @@ func TestTransformSlice(t *testing.T) {
 		{"exclusive", nodegroups.GroupSpec{}},
 		{"small-model", nodegroups.GroupSpec{Count: 2, Model: "SMALL", Memory: ptr.To(resource.MustParse("16Gi"))}},
 		{"shared-memory", shared},
+		{"partitioned", nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.Partitioned, Partitions: 2}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := nodeSlice(t, "node-a", tc.spec), nodeSlice(t, "node-b", tc.spec)
@@ -58,24 +59,53 @@ func TestTransformSlice(t *testing.T) {
 				t.Fatal(err)
 			}
 			outB, _ := in.TransformSlice(b)
-			ta, tb := outA.(*resourceapi.ResourceSlice), outB.(*resourceapi.ResourceSlice)
+			ta, tb := outA.(*Slice), outB.(*Slice)
 			if !apiequality.Semantic.DeepEqual(a, before) {
 				t.Fatal("the transform changed its input")
 			}
-			if !apiequality.Semantic.DeepEqual(ta.Spec, a.Spec) {
-				t.Fatalf("spec changed:\n%+v\nwant\n%+v", ta.Spec, a.Spec)
+			if full := ta.Full(); !apiequality.Semantic.DeepEqual(full.Spec, a.Spec) {
+				t.Fatalf("spec changed:\n%+v\nwant\n%+v", full.Spec, a.Spec)
+			}
+			if cp := ta.DeepCopyObject().(*Slice); !apiequality.Semantic.DeepEqual(cp.Full(), ta.Full()) || mapPointer(cp.Spec.Devices[0].Attributes) == mapPointer(ta.Spec.Devices[0].Attributes) {
+				t.Error("DeepCopyObject: not an equal, independent copy")
+			}
+			for i, d := range a.Spec.Devices {
+				if got := ta.Attributes(i); !apiequality.Semantic.DeepEqual(got, d.Attributes) {
+					t.Errorf("device %d: attributes %v, want %v", i, got, d.Attributes)
+				}
+				for n, want := range d.Attributes {
+					if got, ok := ta.Attribute(i, n); !ok || !apiequality.Semantic.DeepEqual(got, want) {
+						t.Errorf("device %d: attribute %s = %v, %t; want %v", i, n, got, ok, want)
+					}
+				}
+				seen := map[resourceapi.QualifiedName]bool{}
+				ta.AttributeNames(i, func(n resourceapi.QualifiedName, got resourceapi.DeviceAttribute) {
+					if seen[n] || !apiequality.Semantic.DeepEqual(got, d.Attributes[n]) {
+						t.Errorf("device %d: AttributeNames gave %s = %v twice or wrong", i, n, got)
+					}
+					seen[n] = true
+				})
+				if len(seen) != len(d.Attributes) {
+					t.Errorf("device %d: AttributeNames gave %d attributes, want %d", i, len(seen), len(d.Attributes))
+				}
 			}
 			wantMeta := metav1.ObjectMeta{Name: a.Name, UID: a.UID, ResourceVersion: "42", Generation: 1}
 			if !apiequality.Semantic.DeepEqual(ta.ObjectMeta, wantMeta) {
 				t.Errorf("metadata %+v, want only %+v", ta.ObjectMeta, wantMeta)
 			}
-			// The same shape on two nodes: one capacity map; attributes differ by uuid.
+			// The same shape on two nodes: one capacity map, and one attribute map, the uuids
+			// kept apart.
 			for i := range ta.Spec.Devices {
 				if mapPointer(ta.Spec.Devices[i].Capacity) != mapPointer(tb.Spec.Devices[i].Capacity) {
 					t.Errorf("device %d: capacity maps of node-a and node-b not shared", i)
 				}
-				if mapPointer(ta.Spec.Devices[i].Attributes) == mapPointer(tb.Spec.Devices[i].Attributes) {
-					t.Errorf("device %d: attributes of different uuids shared", i)
+				if mapPointer(ta.Spec.Devices[i].Attributes) != mapPointer(tb.Spec.Devices[i].Attributes) {
+					t.Errorf("device %d: attribute maps of node-a and node-b not shared", i)
+				}
+				ua, _ := ta.Attribute(i, "uuid")
+				ub, _ := tb.Attribute(i, "uuid")
+				if *ua.StringValue == *ub.StringValue {
+					t.Errorf("device %d: both nodes have uuid %s", i, *ua.StringValue)
 				}
 			}
 		})
@@ -94,7 +124,7 @@ func TestTransformSliceSharesEqualAttributes(t *testing.T) {
 	}
 	a, _ := in.TransformSlice(mk("a"))
 	b, _ := in.TransformSlice(mk("b"))
-	da, db := a.(*resourceapi.ResourceSlice).Spec.Devices, b.(*resourceapi.ResourceSlice).Spec.Devices
+	da, db := a.(*Slice).Spec.Devices, b.(*Slice).Spec.Devices
 	if mapPointer(da[0].Attributes) != mapPointer(db[0].Attributes) {
 		t.Error("identical attribute maps not shared")
 	}
@@ -114,7 +144,7 @@ func TestTransformSharedTableBounded(t *testing.T) {
 		s := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: []resourceapi.Device{{Name: "d",
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse(fmt.Sprintf("%dMi", i+1))}}}}}}
 		out, _ := in.TransformSlice(s)
-		if got := out.(*resourceapi.ResourceSlice).Spec.Devices[0].Capacity["memory"].Value; got.Cmp(resource.MustParse(fmt.Sprintf("%dMi", i+1))) != 0 {
+		if got := out.(*Slice).Spec.Devices[0].Capacity["memory"].Value; got.Cmp(resource.MustParse(fmt.Sprintf("%dMi", i+1))) != 0 {
 			t.Fatalf("slice %d: memory %s", i, got.String())
 		}
 	}
@@ -211,18 +241,19 @@ func TestListSlicesInPages(t *testing.T) {
 	}
 }
 
-// TestTransformEvent: watch events carry transformed slices; bookmarks and errors pass as sent.
+// TestTransformEvent: watch events carry transformed slices, bookmarks too (the informer
+// expects one type); errors pass as sent.
 func TestTransformEvent(t *testing.T) {
 	in := NewInterner()
 	for _, typ := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted} {
 		e, ok := in.transformEvent(watch.Event{Type: typ, Object: nodeSlice(t, "n", nodegroups.GroupSpec{})})
-		if !ok || e.Type != typ || e.Object.(*resourceapi.ResourceSlice).ManagedFields != nil {
+		if !ok || e.Type != typ || e.Object.(*Slice).ManagedFields != nil {
 			t.Errorf("%s: %v, %+v", typ, ok, e)
 		}
 	}
-	bookmark := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
-	if e, ok := in.transformEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !ok || e.Object != runtime.Object(bookmark) {
-		t.Errorf("bookmark changed: %+v", e)
+	bookmark := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9"}}
+	if e, ok := in.transformEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !ok || e.Object.(*Slice).ResourceVersion != "9" {
+		t.Errorf("bookmark: %+v", e)
 	}
 	status := &metav1.Status{Message: "too old"}
 	if e, ok := in.transformEvent(watch.Event{Type: watch.Error, Object: status}); !ok || e.Object != runtime.Object(status) {

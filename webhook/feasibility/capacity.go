@@ -53,7 +53,7 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 			continue
 		}
 		selected++
-		caps := s.devices[d].input.Capacity
+		caps := s.devices[d].published().Capacity
 		fits := true
 		for _, n := range names {
 			c, ok := caps[resourceapi.QualifiedName(n)]
@@ -76,7 +76,7 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 			continue
 		}
 		out.matched[d] = true
-		for _, n := range s.deviceNodes[d] {
+		for _, n := range s.nodesOf(d) {
 			out.counts[n]++
 		}
 	}

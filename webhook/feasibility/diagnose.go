@@ -190,7 +190,7 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 func newDiagnoser(ctx context.Context, v *View, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *fleet.Fleet) *diagnoser {
 	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make([]*fleet.Device, len(s.devices)), features: v.featuresFor(ctx, s)}
 	for i := range s.devices {
-		d.devices[i] = fl.Device(s.devices[i].id)
+		d.devices[i] = fl.Device(s.devices[i].id())
 	}
 	return d
 }
@@ -265,7 +265,7 @@ func (d *diagnoser) judge(ctx context.Context, r *request) *judged {
 		matched++
 		o := d.obstacleOf(di, r)
 		j.obstacles[di] = o
-		for _, n := range d.s.deviceNodes[di] {
+		for _, n := range d.s.nodesOf(di) {
 			j.perNode[o][n]++
 		}
 	}
@@ -410,7 +410,7 @@ func (d *diagnoser) holdersOn(j *judged, nodes []string) []string {
 	var out []string
 	seen := map[string]bool{}
 	for di, o := range sortedObstacles(j.obstacles) {
-		if o != obstacleAllocated || !slices.ContainsFunc(d.s.deviceNodes[di], func(n int) bool { return on[n] }) {
+		if o != obstacleAllocated || !slices.ContainsFunc(d.s.nodesOf(di), func(n int) bool { return on[n] }) {
 			continue
 		}
 		for _, a := range d.devices[di].Holders() {

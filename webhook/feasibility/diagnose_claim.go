@@ -188,7 +188,7 @@ func (d *diagnoser) valueGroups(sub []*judged, union []bool, n int, domain, name
 		if !m || !d.availableOn(sub, di, n) {
 			continue
 		}
-		if v, ok := attributeValue(&d.s.devices[di].input, domain, name); ok {
+		if v, ok := attributeValue(&d.s.devices[di], domain, name); ok {
 			values[v]++
 		}
 	}
@@ -323,7 +323,7 @@ func (d *diagnoser) unionMatched(all []*judged) []bool {
 
 // availableOn: device di is on node n and free for at least one request that matches it.
 func (d *diagnoser) availableOn(all []*judged, di, n int) bool {
-	if !slices.Contains(d.s.deviceNodes[di], n) {
+	if !slices.Contains(d.s.nodesOf(di), n) {
 		return false
 	}
 	for _, j := range all {
@@ -382,17 +382,17 @@ func (d *diagnoser) sharedAttributes(sub []*judged, n int, need int64, skip stri
 		if !m || !d.availableOn(sub, di, n) {
 			continue
 		}
-		dev := &d.s.devices[di].input
-		for qn, a := range dev.Attributes {
+		dev := &d.s.devices[di]
+		dev.slice.AttributeNames(int(dev.index), func(qn resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
 			full := string(qn)
 			if !strings.Contains(full, "/") {
-				full = dev.Driver + "/" + full
+				full = dev.slice.Spec.Driver + "/" + full
 			}
 			if groups[full] == nil {
 				groups[full] = map[string]int{}
 			}
 			groups[full][attrString(a)]++
-		}
+		})
 	}
 	var out []string
 	for name, values := range groups {

@@ -141,9 +141,9 @@ func (d *diagnoser) values(dm *deviceMatches, ref celcheck.Ref) []valueCount {
 		var v string
 		var ok bool
 		if ref.Capacity {
-			v, ok = capacityValue(&d.s.devices[i].input, ref.Domain, ref.Name)
+			v, ok = capacityValue(&d.s.devices[i], ref.Domain, ref.Name)
 		} else {
-			v, ok = attributeValue(&d.s.devices[i].input, ref.Domain, ref.Name)
+			v, ok = attributeValue(&d.s.devices[i], ref.Domain, ref.Name)
 		}
 		if ok {
 			counts[v]++
@@ -247,7 +247,7 @@ func (d *diagnoser) obstacles(j *judged) []Finding {
 		}
 	}
 	for di, o := range sortedObstacles(j.obstacles) {
-		if o == obstacleNone || !slices.ContainsFunc(d.s.deviceNodes[di], func(n int) bool { return on[n] }) {
+		if o == obstacleNone || !slices.ContainsFunc(d.s.nodesOf(di), func(n int) bool { return on[n] }) {
 			continue
 		}
 		count[o]++

@@ -180,7 +180,7 @@ func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs [
 		}
 		for _, d := range members {
 			dm.matched[d] = true
-			for _, n := range s.deviceNodes[d] {
+			for _, n := range s.nodesOf(d) {
 				dm.counts[n]++
 			}
 		}
@@ -221,7 +221,7 @@ func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d *
 			ok = false
 			break
 		}
-		m, _, err := res.DeviceMatches(ctx, d.input)
+		m, _, err := res.DeviceMatches(ctx, d.celInput())
 		if err != nil || !m {
 			// The allocator reports a runtime error for the whole claim; for counting, such a
 			// device simply does not match.
@@ -310,12 +310,12 @@ func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts
 				continue
 			}
 			domain, name := splitQualified(string(*c.MatchAttribute))
-			val, _ := attributeValue(&dev.input, domain, name)
+			val, _ := attributeValue(dev, domain, name)
 			b.WriteByte(0)
 			b.WriteString(val)
 		}
 		b.WriteByte(0)
-		b.WriteString(dev.taint)
+		b.WriteString(s.taintOf(d))
 		if extra != nil {
 			b.WriteByte(0)
 			b.WriteString(extra(d))
@@ -347,7 +347,7 @@ func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace strin
 
 // allocateWith runs the allocator on node n with the given features and allocated state.
 func (v *View) allocateWith(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features, state structured.AllocatedState) (bool, error) {
-	alloc, err := structured.NewAllocator(ctx, features, state, classLister{s}, s.nodeSlices[n], v.celCache)
+	alloc, err := structured.NewAllocator(ctx, features, state, classLister{s}, s.fullSlices(n), v.celCache)
 	if err != nil {
 		return false, fmt.Errorf("create allocator: %w", err)
 	}
@@ -360,6 +360,19 @@ func (v *View) allocateWith(ctx context.Context, s *snapshot, n int, namespace s
 		return false, fmt.Errorf("node %s: %w", s.nodes[n].Name, err)
 	}
 	return len(result) == 1, nil
+}
+
+// fullSlices are the slices node n sees, as published: what the allocator reads.
+func (s *snapshot) fullSlices(n int) []*resourceapi.ResourceSlice {
+	if out, ok := s.full.Get(n); ok {
+		return out.([]*resourceapi.ResourceSlice)
+	}
+	out := make([]*resourceapi.ResourceSlice, len(s.nodeSlices[n]))
+	for i, sl := range s.nodeSlices[n] {
+		out[i] = sl.Full()
+	}
+	s.full.Add(n, out)
+	return out
 }
 
 // explain names the first request no node can satisfy, with the best node's count, or says that

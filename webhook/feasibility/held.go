@@ -83,7 +83,14 @@ func (v *View) heldState(s *snapshot) (*heldState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list claims: %w", err)
 	}
-	st := &heldState{snapshot: s, claims: gen, fleet: fleet.Build(fleet.Input{Slices: s.slices, Claims: claims}), answers: lru.New(heldCacheSize)}
+	// The held check reads of the fleet each device's use, capacity, counters and taints, never
+	// its attributes (the allocator runs on fullSlices): the slices as kept serve, without
+	// building an attribute map for every device of the cluster.
+	kept := make([]*resourceapi.ResourceSlice, len(s.slices))
+	for i, sl := range s.slices {
+		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: sl.ObjectMeta, Spec: sl.Spec}
+	}
+	st := &heldState{snapshot: s, claims: gen, fleet: fleet.Build(fleet.Input{Slices: kept, Claims: claims}), answers: lru.New(heldCacheSize)}
 	v.held = st
 	return st, nil
 }

@@ -21,7 +21,7 @@ func (v *View) onlyTainted(ctx context.Context, s *snapshot, namespace string, s
 	for _, n := range candidates {
 		taints := sets.New[string]()
 		for _, d := range s.nodeDevices[n] {
-			if t := s.devices[d].taint; t != "" {
+			if t := s.taintOf(d); t != "" {
 				taints.Insert(strings.Split(t, ",")...)
 			}
 		}

@@ -33,7 +33,7 @@ func transformed(t testing.TB, st *published.Objects) *published.Objects {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out.Slices = append(out.Slices, o.(*resourceapi.ResourceSlice))
+		out.Compact = append(out.Compact, o.(*published.Slice))
 	}
 	for _, c := range st.Classes {
 		o, err := published.TransformClass(c)

@@ -102,6 +102,9 @@ const (
 	matchResultsSize = 1024
 	// maxMatches bounds View.matches.
 	maxMatches = 200_000
+	// fullSize bounds the nodes whose slices as published are kept per published state: the
+	// allocator reads those, and runs on at most maxShapes nodes per question.
+	fullSize = 64
 	// searchTimeout bounds the allocator's search per question. The search is exhaustive and can
 	// be exponential in the number of requests; the scheduler bounds it the same way. A question
 	// that runs out of time is answered "unknown", never with a warning.
@@ -145,7 +148,7 @@ func (v *View) featuresFor(ctx context.Context, s *snapshot) structured.Features
 	if v.served == nil {
 		return f
 	}
-	s.partitionableOnce.Do(func() { s.partitionable = v.served.PartitionableDevices(ctx, s.slices) })
+	s.partitionableOnce.Do(func() { s.partitionable = v.served.PartitionableDevices(ctx, s.counterSample) })
 	f.PartitionableDevices = s.partitionable
 	if served, err := v.served.ConsumableCapacity(ctx); err != nil {
 		klog.FromContext(ctx).V(2).Info("Cannot tell whether the API server serves consumable capacity; judging by the published devices", "err", err)
@@ -174,27 +177,46 @@ func (v *View) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
 	return s.classes[name], nil
 }
 
-// device is one published device with the inputs the CEL selectors see.
+// device is one published device: the entry index of slice, which is the snapshot's slices[in].
+// Kept small: a fleet has tens of thousands.
 type device struct {
-	input dracel.Device
-	taint string
-	id    structured.DeviceID
+	slice *published.Slice
+	index int32
+	in    int32
+	// taint indexes snapshot.taints.
+	taint int32
+}
+
+func (d *device) published() *resourceapi.Device { return &d.slice.Spec.Devices[d.index] }
+
+func (d *device) id() structured.DeviceID {
+	return structured.MakeDeviceID(d.slice.Spec.Driver, d.slice.Spec.Pool.Name, d.published().Name)
+}
+
+// celInput is what the CEL selectors see of d.
+func (d *device) celInput() dracel.Device {
+	p := d.published()
+	return dracel.Device{Driver: d.slice.Spec.Driver, AllowMultipleAllocations: p.AllowMultipleAllocations, Attributes: d.slice.Attributes(int(d.index)), Capacity: p.Capacity}
 }
 
 type snapshot struct {
 	generation uint64
 	// slices are the published slices as listed.
-	slices    []*resourceapi.ResourceSlice
+	slices    []*published.Slice
 	classes   map[string]*resourceapi.DeviceClass
 	nodes     []*v1.Node // sorted by name
 	nodeIndex map[string]int
 	// nodeSlices are the slices each node sees: its own plus those shared with it.
-	nodeSlices [][]*resourceapi.ResourceSlice
-	devices    []device
+	nodeSlices [][]*published.Slice
+	// full caches the slices as published of the nodes the allocator ran on (LRU by node, fullSize).
+	full    *lru.Cache
+	devices []device
 	// nodeDevices are the indices of the devices each node can use.
 	nodeDevices [][]int
-	// deviceNodes are the nodes each device is usable from.
-	deviceNodes [][]int
+	// sliceNodes are the nodes each slice's devices are usable from (nodesOf).
+	sliceNodes [][]int
+	// taints are the devices' taints, each set once (taintKey); taints[0] is none.
+	taints []string
 	// exact disables grouping of nodes by shape when pools are partitioned or incomplete, where
 	// devices of equal attributes are not interchangeable.
 	exact bool
@@ -203,9 +225,11 @@ type snapshot struct {
 	sharedDrivers map[string]bool
 	// anyCounters: some slice has counter sets or a device consuming them.
 	anyCounters bool
-	// partitionable is the Served answer for these slices, asked once.
+	// partitionable is the Served answer for these slices, asked once; counterSample is a slice
+	// with counters, if there is one: the Served question is whether any is stored.
 	partitionableOnce sync.Once
 	partitionable     bool
+	counterSample     []*resourceapi.ResourceSlice
 
 	// projections are not evicted: there is one per set of attributes the selectors read, and the
 	// snapshot drops them all at the next published change.
@@ -244,9 +268,12 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list published objects: %w", err)
 	}
-	slices, classes, nodes := objs.Slices, objs.Classes, objs.Nodes
+	slices, classes, nodes := objs.Compact, objs.Classes, objs.Nodes
+	if slices == nil {
+		slices = published.Compact(published.NewInterner(), objs.Slices)
+	}
 	s := &snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, sharedDrivers: map[string]bool{},
-		projections: map[string]*projection{}, matchResults: lru.New(matchResultsSize), verdicts: lru.New(verdictCacheSize)}
+		projections: map[string]*projection{}, matchResults: lru.New(matchResultsSize), verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
 	for _, c := range classes {
 		s.classes[c.Name] = c
 	}
@@ -269,18 +296,19 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 	for i, n := range s.nodes {
 		s.nodeIndex[n.Name] = i
 	}
-	s.nodeSlices = make([][]*resourceapi.ResourceSlice, len(s.nodes))
+	s.nodeSlices = make([][]*published.Slice, len(s.nodes))
+	s.sliceNodes = make([][]int, len(slices))
+	s.taints = []string{""}
+	taintIndex := map[string]int32{"": 0}
 	s.nodeDevices = make([][]int, len(s.nodes))
 
 	poolSlices := map[string]int{}
 	poolWant := map[string]int64{}
-	for _, sl := range slices {
+	for si, sl := range slices {
 		pool := sl.Spec.Driver + "/" + sl.Spec.Pool.Name
 		poolSlices[pool]++
 		poolWant[pool] = sl.Spec.Pool.ResourceSliceCount
-		if len(sl.Spec.SharedCounters) > 0 {
-			s.exact, s.anyCounters = true, true
-		}
+		counters := len(sl.Spec.SharedCounters) > 0
 		var users []int
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
 			users = []int{s.nodeIndex[*sl.Spec.NodeName]}
@@ -295,27 +323,33 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 				s.exact = true
 			}
 		}
+		s.sliceNodes[si] = users
 		for _, u := range users {
 			s.nodeSlices[u] = append(s.nodeSlices[u], sl)
 		}
 		for i := range sl.Spec.Devices {
 			d := &sl.Spec.Devices[i]
-			if len(d.ConsumesCounters) > 0 {
-				s.exact, s.anyCounters = true, true
-			}
+			counters = counters || len(d.ConsumesCounters) > 0
 			if ptrTrue(d.AllowMultipleAllocations) {
 				s.anyShared = true
 				s.sharedDrivers[sl.Spec.Driver] = true
 			}
 			idx := len(s.devices)
-			s.devices = append(s.devices, device{
-				input: dracel.Device{Driver: sl.Spec.Driver, AllowMultipleAllocations: d.AllowMultipleAllocations, Attributes: d.Attributes, Capacity: d.Capacity},
-				taint: taintKey(d.Taints),
-				id:    structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name),
-			})
-			s.deviceNodes = append(s.deviceNodes, users)
+			taint, ok := taintIndex[taintKey(d.Taints)]
+			if !ok {
+				taint = int32(len(s.taints))
+				taintIndex[taintKey(d.Taints)] = taint
+				s.taints = append(s.taints, taintKey(d.Taints))
+			}
+			s.devices = append(s.devices, device{slice: sl, index: int32(i), in: int32(si), taint: taint})
 			for _, u := range users {
 				s.nodeDevices[u] = append(s.nodeDevices[u], idx)
+			}
+		}
+		if counters {
+			s.exact, s.anyCounters = true, true
+			if s.counterSample == nil {
+				s.counterSample = []*resourceapi.ResourceSlice{sl.Full()}
 			}
 		}
 	}
@@ -326,6 +360,12 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 	}
 	return s, nil
 }
+
+// nodesOf are the nodes device d is usable from.
+func (s *snapshot) nodesOf(d int) []int { return s.sliceNodes[s.devices[d].in] }
+
+// taintOf is device d's taintKey.
+func (s *snapshot) taintOf(d int) string { return s.taints[s.devices[d].taint] }
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
 
@@ -343,25 +383,26 @@ func taintKey(taints []resourceapi.DeviceTaint) string {
 
 // attributeValue finds a device attribute by domain and name the way the CEL environment does:
 // names without a domain belong to the device's driver.
-func attributeValue(d *dracel.Device, domain, name string) (string, bool) {
-	if domain == d.Driver {
-		if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok {
+func attributeValue(d *device, domain, name string) (string, bool) {
+	if domain == d.slice.Spec.Driver {
+		if a, ok := d.slice.Attribute(int(d.index), resourceapi.QualifiedName(name)); ok {
 			return attrString(a), true
 		}
 	}
-	if a, ok := d.Attributes[resourceapi.QualifiedName(domain+"/"+name)]; ok {
+	if a, ok := d.slice.Attribute(int(d.index), resourceapi.QualifiedName(domain+"/"+name)); ok {
 		return attrString(a), true
 	}
 	return "", false
 }
 
-func capacityValue(d *dracel.Device, domain, name string) (string, bool) {
-	if domain == d.Driver {
-		if c, ok := d.Capacity[resourceapi.QualifiedName(name)]; ok {
+func capacityValue(d *device, domain, name string) (string, bool) {
+	caps := d.published().Capacity
+	if domain == d.slice.Spec.Driver {
+		if c, ok := caps[resourceapi.QualifiedName(name)]; ok {
 			return c.Value.String(), true
 		}
 	}
-	if c, ok := d.Capacity[resourceapi.QualifiedName(domain+"/"+name)]; ok {
+	if c, ok := caps[resourceapi.QualifiedName(domain+"/"+name)]; ok {
 		return c.Value.String(), true
 	}
 	return "", false
@@ -382,14 +423,15 @@ func attrString(a resourceapi.DeviceAttribute) string {
 }
 
 // fullKey identifies every value of a device a selector could read.
-func fullKey(d *dracel.Device) string {
+func fullKey(d *device) string {
 	var b strings.Builder
-	b.WriteString(d.Driver)
-	names := make([]string, 0, len(d.Attributes)+len(d.Capacity))
-	for n, a := range d.Attributes {
+	b.WriteString(d.slice.Spec.Driver)
+	p := d.published()
+	var names []string
+	d.slice.AttributeNames(int(d.index), func(n resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
 		names = append(names, "a"+string(n)+"="+attrString(a))
-	}
-	for n, c := range d.Capacity {
+	})
+	for n, c := range p.Capacity {
 		names = append(names, "c"+string(n)+"="+c.Value.String())
 	}
 	sort.Strings(names)
@@ -397,8 +439,8 @@ func fullKey(d *dracel.Device) string {
 		b.WriteByte(0)
 		b.WriteString(n)
 	}
-	if d.AllowMultipleAllocations != nil {
-		fmt.Fprintf(&b, "\x00m%t", *d.AllowMultipleAllocations)
+	if p.AllowMultipleAllocations != nil {
+		fmt.Fprintf(&b, "\x00m%t", *p.AllowMultipleAllocations)
 	}
 	return b.String()
 }
@@ -427,13 +469,13 @@ func (s *snapshot) projectionFor(refs []celcheck.Ref, opaque bool) *projection {
 	p := &projection{keys: make([]string, len(s.devices)), groups: map[string][]int{}}
 	var b strings.Builder
 	for i := range s.devices {
-		d := &s.devices[i].input
+		d := &s.devices[i]
 		var k string
 		if opaque {
 			k = fullKey(d)
 		} else {
 			b.Reset()
-			b.WriteString(d.Driver)
+			b.WriteString(d.slice.Spec.Driver)
 			for _, r := range refs {
 				b.WriteByte(0)
 				var val string
