@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -38,6 +39,12 @@ type result struct {
 	Warned   int // admitted with a warning (e.g. the feasibility check's)
 	Lat      []time.Duration
 	FirstErr string
+	// Steal is the share of the machine's CPU time the host took while the load ran; CPU the
+	// webhook's own CPU time per request sent.
+	Steal float64
+	CPU   time.Duration
+	// Rounds are the p99s of every round of a repeated load, of which this is the median.
+	Rounds []time.Duration
 }
 
 func (r *result) percentile(p float64) time.Duration {
@@ -54,10 +61,33 @@ func (r *result) P99() time.Duration { return r.percentile(0.99) }
 func (r *result) String() string {
 	s := fmt.Sprintf("%s at %d/s: sent %d, p50 %s, p99 %s, max %s, warned %d, failed %d (webhook not answering %d), skipped %d",
 		r.Name, r.Rate, r.Sent, ms(r.P50()), ms(r.P99()), ms(r.percentile(1)), r.Warned, r.Failed, r.Timeouts, r.Skipped)
+	s += fmt.Sprintf(", host steal %.0f%%, webhook CPU %s per request", r.Steal, us(r.CPU))
+	if len(r.Rounds) > 1 {
+		p := make([]string, len(r.Rounds))
+		for i, d := range r.Rounds {
+			p[i] = ms(d)
+		}
+		s += fmt.Sprintf(" (median of %d rounds by p99: %s)", len(r.Rounds), strings.Join(p, ", "))
+	}
 	if r.FirstErr != "" {
 		s += ", first error: " + r.FirstErr
 	}
 	return s
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+
+// median returns the result with the median p99 of rs, its Rounds set to every p99 in order.
+func median(rs []*result) *result {
+	p99s := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		p99s[i] = r.P99()
+	}
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b *result) int { return cmp.Compare(a.P99(), b.P99()) })
+	m := sorted[len(sorted)/2]
+	m.Rounds = p99s
+	return m
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }

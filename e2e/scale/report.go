@@ -13,36 +13,38 @@ import (
 
 // phase is what was measured at one fleet size.
 type phase struct {
-	Nodes         int
-	Mem, MemAfter memory
-	Template, Pod *result
-	PodDirect     *result
-	High          *result
-	Status        time.Duration
-	Sched         *schedResult
+	Nodes int
+	// Fresh is a webhook started at this fleet size; Mem and MemAfter the registered one's
+	// before and after this phase's loads.
+	Fresh, Mem, MemAfter memory
+	Template, Pod        *result
+	PodDirect            *result
+	High                 *result
+	Status               time.Duration
+	Sched                *schedResult
 }
 
 type report struct {
-	o       Options
-	phases  []*phase
-	restart memory
+	o      Options
+	phases []*phase
 }
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nFleet scale: %s; webhook GOGC=%s, no GOMEMLIMIT; %d GPUs per node\n\n", machine(), r.o.GOGC, nodegroupsCount(r.o.NodeGroups))
-	fmt.Fprintf(w, "| nodes | webhook RSS (anonymous) | live heap | templates through the API server, %d/s: p50 / p99 | pods through the API server, %d/s: p50 / p99 | pod reviews straight to the webhook, %d/s: p50 / p99 | template reviews straight to the webhook, %d/s: p50 / p99 | `kubectl dra status` |\n", r.o.Rate, r.o.Rate, r.o.Rate, r.o.HighRate)
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| nodes | webhook RSS, started with the fleet (anonymous) | live heap | RSS of the webhook under load, before this phase's loads | templates through the API server, %d/s: p50 / p99 | pods through the API server, %d/s: p50 / p99 | pod reviews straight to the webhook, %d/s: p50 / p99 (CPU per review, host steal) | template reviews straight to the webhook, %d/s: p50 / p99 (CPU per review, host steal) | `kubectl dra status` |\n", r.o.Rate, r.o.Rate, r.o.Rate, r.o.HighRate)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, p := range r.phases {
 		high := "—"
 		if p.High != nil {
-			high = latencies(p.High)
+			high = latencies(p.High) + cost(p.High)
 		}
-		fmt.Fprintf(w, "| %d | %.1f MiB (%.1f MiB) | %.1f MiB | %s | %s | %s | %s | %.2f s |\n", p.Nodes, mib(p.Mem.RSS), mib(p.Mem.Anon), mib(p.Mem.Live),
-			latencies(p.Template), latencies(p.Pod), latencies(p.PodDirect), high, p.Status.Seconds())
+		fmt.Fprintf(w, "| %d | %.1f MiB (%.1f MiB) | %.1f MiB | %.1f MiB | %s | %s | %s | %s | %.2f s |\n", p.Nodes, mib(p.Fresh.RSS), mib(p.Fresh.Anon), mib(p.Fresh.Live), mib(p.Mem.RSS),
+			latencies(p.Template), latencies(p.Pod), latencies(p.PodDirect)+cost(p.PodDirect), high, p.Status.Seconds())
 	}
 	fmt.Fprintln(w)
 	for _, p := range r.phases {
-		fmt.Fprintf(w, "%d nodes, after the loads: RSS %.1f MiB (anonymous %.1f MiB), live heap %.1f MiB, heap in use %.1f MiB\n", p.Nodes, mib(p.MemAfter.RSS), mib(p.MemAfter.Anon), mib(p.MemAfter.Live), mib(p.MemAfter.HeapInuse))
+		fmt.Fprintf(w, "%d nodes: a webhook started with them ready after %.1f s, peak RSS %.1f MiB during the initial lists; the webhook under load after the loads: RSS %.1f MiB (anonymous %.1f MiB), live heap %.1f MiB, heap in use %.1f MiB, peak RSS so far %.1f MiB\n",
+			p.Nodes, p.Fresh.Synced.Seconds(), mib(p.Fresh.HWM), mib(p.MemAfter.RSS), mib(p.MemAfter.Anon), mib(p.MemAfter.Live), mib(p.MemAfter.HeapInuse), mib(p.MemAfter.HWM))
 	}
 	for _, p := range r.phases {
 		if s := p.Sched; s != nil {
@@ -50,10 +52,6 @@ func (r *report) print(w io.Writer) {
 				p.Nodes, s.Create.Sent+s.Create.Skipped, s.Create.Rate, s.Admitted, ms(s.Create.P50()), ms(s.Create.P99()), s.Create.Timeouts, s.Create.Failed,
 				s.Allocated, s.ToAllocated.Seconds(), s.Run, s.ToRunning.Seconds())
 		}
-	}
-	if last := r.phases[len(r.phases)-1]; r.restart.RSS > 0 {
-		fmt.Fprintf(w, "\nThe webhook at %d nodes: peak RSS %.1f MiB over the run (the fleet taken in node by node, and the loads); started with the fleet in place: ready after %.1f s, peak RSS %.1f MiB during the initial lists, %.1f MiB 10 s later (anonymous %.1f MiB, live heap %.1f MiB, heap in use %.1f MiB)\n",
-			last.Nodes, mib(last.MemAfter.HWM), r.restart.Synced.Seconds(), mib(r.restart.HWM), mib(r.restart.RSS), mib(r.restart.Anon), mib(r.restart.Live), mib(r.restart.HeapInuse))
 	}
 	fmt.Fprintln(w)
 	for _, p := range r.phases {
@@ -64,6 +62,9 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 }
+
+// cost is a direct load's CPU per review and the host's steal while it ran.
+func cost(r *result) string { return fmt.Sprintf(" (%s, steal %.0f%%)", us(r.CPU), r.Steal) }
 
 func latencies(r *result) string {
 	s := fmt.Sprintf("%s / %s", ms(r.P50()), ms(r.P99()))

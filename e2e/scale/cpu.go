@@ -1,0 +1,84 @@
+package scale
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cpuSample is the machine's CPU accounting and one process's CPU time at one moment. The VM
+// these runs happen on shares its host: time the host gave to others (steal) slows every
+// request alike, so each load reports it, and the webhook's own CPU time per request, which
+// steal does not inflate, says what a review costs.
+type cpuSample struct {
+	total, steal int64 // machine: clock ticks over all CPUs, and of them stolen
+	process      int64 // the process's user+system ticks
+}
+
+// clockTicks is USER_HZ, 100 on every Linux architecture the harness runs on.
+const clockTicks = 100
+
+func sampleCPU(pid int) (cpuSample, error) {
+	var s cpuSample
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s, err
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return s, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return s, fmt.Errorf("/proc/stat: %w", err)
+		}
+		if i < 8 { // user nice system idle iowait irq softirq steal; guest is inside user
+			s.total += v
+		}
+		if i == 7 {
+			s.steal = v
+		}
+	}
+	if pid > 0 {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return s, err
+		}
+		// Fields after the command name, which is in parentheses and may hold spaces.
+		rest := string(data)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			return s, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+		}
+		utime, err1 := strconv.ParseInt(f[11], 10, 64)
+		stime, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			return s, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
+		}
+		s.process = utime + stime
+	}
+	return s, nil
+}
+
+// stealPercent is the share of the machine's CPU time stolen between a and b.
+func stealPercent(a, b cpuSample) float64 {
+	if b.total <= a.total {
+		return 0
+	}
+	return 100 * float64(b.steal-a.steal) / float64(b.total-a.total)
+}
+
+// cpuPer is the process's CPU time between a and b divided by n.
+func cpuPer(a, b cpuSample, n int) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(b.process-a.process) * (time.Second / clockTicks) / time.Duration(n)
+}
