@@ -42,22 +42,7 @@ var releaseCapabilities = map[string]capabilities{
 func TestExtendedResources(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
-	probe := filepath.Join("testdata", "seed", seedTemplate(version))
-	installed := false
-	t.Cleanup(func() {
-		if !installed {
-			return
-		}
-		if t.Failed() {
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", webhookSelector, "--tail=80")
-			t.Logf("webhook logs:\n%s", logs)
-		}
-		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
-	})
-	installed = true
-	start := time.Now()
-	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), probe, "-f", filepath.Join("testdata", "extended", "values.yaml"))
-	t.Logf("installed in %s", time.Since(start).Round(time.Second))
+	installForTest(t, c, version, "-f", filepath.Join("testdata", "extended", "values.yaml"))
 
 	minor := serverMinor(t, c)
 	want, ok := releaseCapabilities[minor]

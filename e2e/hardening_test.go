@@ -28,21 +28,7 @@ func TestPartialFailure(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
 	probe := filepath.Join("testdata", "seed", seedTemplate(version))
-	installed := false
-	t.Cleanup(func() {
-		if !installed {
-			return
-		}
-		if t.Failed() {
-			for _, sel := range []string{pluginSelector, webhookSelector} {
-				logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", sel, "--tail=60", "--all-containers")
-				t.Logf("logs of %s:\n%s", sel, logs)
-			}
-		}
-		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
-	})
-	installed = true
-	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), probe,
+	installForTest(t, c, version,
 		"--set", "inventory.nodeGroups[0].name=small",
 		"--set", `inventory.nodeGroups[0].nodeSelector.gpu\.example\.com/group=small`,
 		"--set", "inventory.nodeGroups[0].count=4",

@@ -232,24 +232,14 @@ func sharingThroughWebhook(t *testing.T, c *framework.Cluster, version, ns strin
 	}
 }
 
-// installSharing installs the chart with the given --set values for the test, and uninstalls it
-// after, showing the plugin's log if the test failed.
+// installSharing installs the chart with the given --set values for the test (installForTest).
 func installSharing(t *testing.T, c *framework.Cluster, version string, sets ...string) {
 	t.Helper()
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=60", "--all-containers")
-			t.Logf("plugin logs:\n%s", logs)
-		}
-		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
-	})
 	args := make([]string, 0, 2*len(sets))
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
-	start := time.Now()
-	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), filepath.Join("testdata", "seed", seedTemplate(version)), args...)
-	t.Logf("installed in %s", time.Since(start).Round(time.Second))
+	installForTest(t, c, version, args...)
 }
 
 // checkFallbackLine: the plugin logged the sharing fallback line exactly once, as want, where the

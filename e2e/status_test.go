@@ -33,14 +33,7 @@ func TestStatusAndWhy(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
 	probe := filepath.Join("testdata", "seed", seedTemplate(version))
-	installed := false
-	t.Cleanup(func() {
-		if installed {
-			c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
-		}
-	})
-	installed = true
-	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), probe,
+	installForTest(t, c, version,
 		"--set", "inventory.nodeGroups[0].name=big",
 		"--set", `inventory.nodeGroups[0].nodeSelector.gpu\.example\.com/group=big`,
 		"--set", "inventory.nodeGroups[0].count=16")

@@ -66,22 +66,7 @@ const droppedStatusLine = "The API server drops ResourceClaim status.devices"
 func TestUpstreamDemos(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
-	probe := filepath.Join("testdata", "seed", seedTemplate(version))
-	installed := false
-	t.Cleanup(func() {
-		if !installed {
-			return
-		}
-		if t.Failed() {
-			for _, sel := range []string{pluginSelector, webhookSelector} {
-				logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", sel, "--tail=60", "--all-containers")
-				t.Logf("logs of %s:\n%s", sel, logs)
-			}
-		}
-		c.Helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
-	})
-	installed = true
-	c.InstallChart(t, filepath.Join("..", "charts", "gpu-dra"), probe)
+	installForTest(t, c, version)
 
 	has := probeServed(t, c)
 	want, ok := expectations[has]
