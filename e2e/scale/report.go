@@ -30,7 +30,7 @@ type report struct {
 }
 
 func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nFleet scale: %s; webhook GOGC=%s, no GOMEMLIMIT; %d GPUs per node\n\n", machine(), r.o.GOGC, nodegroupsCount(r.o.NodeGroups))
+	fmt.Fprintf(w, "\nFleet scale: %s; webhook GOGC=%s, GOMEMLIMIT=%s; %d GPUs per node\n\n", machine(), r.o.GOGC, r.o.GOMemLimit, nodegroupsCount(r.o.NodeGroups))
 	fmt.Fprintf(w, "| nodes | webhook RSS, started with the fleet (anonymous) | live heap | RSS of the webhook under load, before this phase's loads | templates through the API server, %d/s: p50 / p99 | pods through the API server, %d/s: p50 / p99 | pod reviews straight to the webhook, %d/s: p50 / p99 (CPU per review, host steal) | template reviews straight to the webhook, %d/s: p50 / p99 (CPU per review, host steal) | `kubectl dra status` |\n", r.o.Rate, r.o.Rate, r.o.Rate, r.o.HighRate)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, p := range r.phases {

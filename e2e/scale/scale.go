@@ -37,7 +37,10 @@ type Options struct {
 	Kwok        string // kwok binary; empty skips the scheduling phase
 	KwokStages  string // the sigs.k8s.io/kwok module directory, whose stages kwok runs
 	WorkDir     string
-	GOGC        string
+	// GOGC and GOMemLimit of the webhook processes: by default GOGC=100 and no limit, so that
+	// the RSS measured is what the process takes; the chart runs it with GOGC=400 and its
+	// memory limit.
+	GOGC, GOMemLimit string
 
 	// Nodes are the fleet sizes measured in turn, ascending.
 	Nodes []int
@@ -118,7 +121,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return err
 	}
-	w, err := startWebhook(ctx, ch, o.Webhook, o.Kubeconfig, o.NodeGroups, filepath.Join(o.WorkDir, "webhook"), o.GOGC)
+	w, err := startWebhook(ctx, ch, o, filepath.Join(o.WorkDir, "webhook"))
 	if err != nil {
 		return err
 	}
@@ -217,7 +220,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 // memory 10 s after it is ready. It lists everything at once, unlike the registered one that took
 // the fleet in node by node: its peak is what a memory limit must allow.
 func restartedMemory(ctx context.Context, ch *chart, o Options) (memory, error) {
-	w, err := startWebhook(ctx, ch, o.Webhook, o.Kubeconfig, o.NodeGroups, filepath.Join(o.WorkDir, "webhook-restart"), o.GOGC)
+	w, err := startWebhook(ctx, ch, o, filepath.Join(o.WorkDir, "webhook-restart"))
 	if err != nil {
 		return memory{}, err
 	}

@@ -137,9 +137,8 @@ type webhook struct {
 }
 
 // startWebhook writes a serving certificate for localhost and starts bin with the chart's flags,
-// loopback addresses, nodeGroups, and GOGC=gogc (no GOMEMLIMIT: the RSS measured is what the
-// process takes, not what a limit squeezes it into).
-func startWebhook(ctx context.Context, c *chart, bin, kubeconfig, nodeGroups, dir, gogc string) (*webhook, error) {
+// loopback addresses, o's node groups, GOGC and GOMEMLIMIT.
+func startWebhook(ctx context.Context, c *chart, o Options, dir string) (*webhook, error) {
 	now := time.Now()
 	caCert, caKey, err := certs.NewCA("gpu-dra-scale", now, time.Hour*24)
 	if err != nil {
@@ -150,8 +149,8 @@ func startWebhook(ctx context.Context, c *chart, bin, kubeconfig, nodeGroups, di
 		return nil, err
 	}
 	w := &webhook{dir: dir, ca: caCert}
-	if w.gogc, err = strconv.Atoi(gogc); err != nil || w.gogc <= 0 {
-		return nil, fmt.Errorf("webhook GOGC %q: want a positive number, e.g. 100", gogc)
+	if w.gogc, err = strconv.Atoi(o.GOGC); err != nil || w.gogc <= 0 {
+		return nil, fmt.Errorf("--webhook-gogc=%q: want a positive number, e.g. 100", o.GOGC)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -175,7 +174,7 @@ func startWebhook(ctx context.Context, c *chart, bin, kubeconfig, nodeGroups, di
 			args = append(args, a)
 		}
 	}
-	args = append(args, "--node-groups="+nodeGroups, "--cert-dir="+filepath.Join(dir, "certs"), "--cert-mode=file",
+	args = append(args, "--node-groups="+o.NodeGroups, "--cert-dir="+filepath.Join(dir, "certs"), "--cert-mode=file",
 		"--host=127.0.0.1", fmt.Sprintf("--port=%d", w.port),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", w.health),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", w.metric), "--namespace="+c.namespace)
@@ -183,12 +182,12 @@ func startWebhook(ctx context.Context, c *chart, bin, kubeconfig, nodeGroups, di
 	if err != nil {
 		return nil, err
 	}
-	w.cmd = exec.Command(bin, args...)
+	w.cmd = exec.Command(o.Webhook, args...)
 	w.cmd.Stdout, w.cmd.Stderr = log, log
-	w.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "GOGC="+gogc, "GOMEMLIMIT=off")
-	klog.FromContext(ctx).Info("Starting the webhook", "binary", bin, "args", args, "GOGC", gogc, "log", log.Name())
+	w.cmd.Env = append(os.Environ(), "KUBECONFIG="+o.Kubeconfig, "GOGC="+o.GOGC, "GOMEMLIMIT="+o.GOMemLimit)
+	klog.FromContext(ctx).Info("Starting the webhook", "binary", o.Webhook, "args", args, "GOGC", o.GOGC, "GOMEMLIMIT", o.GOMemLimit, "log", log.Name())
 	if err := w.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", o.Webhook, err)
 	}
 	return w, nil
 }

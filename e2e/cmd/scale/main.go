@@ -21,7 +21,7 @@ import (
 
 func main() {
 	o := scale.Options{Nodes: []int{1, 100, 1000, 5000}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second,
-		SchedNodes: 1000, SchedPods: 1000, Workers: 32, GOGC: "100", WorkDir: "_output/scale"}
+		SchedNodes: 1000, SchedPods: 1000, Workers: 32, GOGC: "100", GOMemLimit: "off", WorkDir: "_output/scale"}
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	klog.InitFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the control plane's kubeconfig")
@@ -33,6 +33,7 @@ func main() {
 	fs.StringVar(&o.KwokStages, "kwok-stages", "", "directory of the sigs.k8s.io/kwok module, whose stages kwok runs")
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "certificates, logs and the report")
 	fs.StringVar(&o.GOGC, "webhook-gogc", o.GOGC, "GOGC of the webhook process")
+	fs.StringVar(&o.GOMemLimit, "webhook-gomemlimit", o.GOMemLimit, "GOMEMLIMIT of the webhook process (the chart sets its memory limit, 128MiB)")
 	fs.Func("nodes", "comma-separated fleet sizes, ascending (default 1,100,1000,5000)", func(s string) error {
 		o.Nodes = nil
 		for f := range strings.SplitSeq(s, ",") {
