@@ -5,6 +5,7 @@
 #   SCALE_NODES=1,100,1000,5000  fleet sizes, ascending (the first is the baseline)
 #   SCALE_RATE=200 SCALE_HIGH_RATE=1000 SCALE_DURATION=10s  review rates and length of each load
 #   SCALE_SCHED_NODES=1000 SCALE_SCHED_PODS=1000  the scheduling phase (kwok nodes, real pods)
+#   SCALE_PAUSE_CONTROLLERS=true  stop the controller-manager and scheduler during the direct loads
 #   SCALE_GOGC=100 SCALE_GOMEMLIMIT=off  GOGC and GOMEMLIMIT of the webhook process (the chart's: 400, 128MiB)
 set -euo pipefail
 source "$(dirname "$0")/../e2e/cluster/lib.sh"
@@ -32,4 +33,5 @@ _output/bin/scale --kubeconfig "$KUBECONFIG_PATH" --chart-render "$render" \
   --kwok "$(tools_bin_dir)/kwok" --kwok-stages "$kwok_stages" \
   --nodes "$nodes" --sched-nodes "$sched_nodes" --sched-pods "${SCALE_SCHED_PODS:-1000}" \
   --rate "${SCALE_RATE:-200}" --high-rate "${SCALE_HIGH_RATE:-1000}" --duration "${SCALE_DURATION:-10s}" \
-  --webhook-gogc "${SCALE_GOGC:-100}" --webhook-gomemlimit "${SCALE_GOMEMLIMIT:-off}" 2> >(tee _output/scale/scale.log >&2)
+  --webhook-gogc "${SCALE_GOGC:-100}" --webhook-gomemlimit "${SCALE_GOMEMLIMIT:-off}" \
+  --pause-controllers="${SCALE_PAUSE_CONTROLLERS:-true}" 2> >(tee _output/scale/scale.log >&2)

@@ -13,8 +13,8 @@ import (
 // request alike, so each load reports it, and the webhook's own CPU time per request, which
 // steal does not inflate, says what a review costs.
 type cpuSample struct {
-	total, steal int64 // machine: clock ticks over all CPUs, and of them stolen
-	process      int64 // the process's user+system ticks
+	total, steal, idle int64 // machine: clock ticks over all CPUs, of them stolen, idle (with iowait)
+	process            int64 // the process's user+system ticks
 }
 
 // clockTicks is USER_HZ, 100 on every Linux architecture the harness runs on.
@@ -39,7 +39,10 @@ func sampleCPU(pid int) (cpuSample, error) {
 		if i < 8 { // user nice system idle iowait irq softirq steal; guest is inside user
 			s.total += v
 		}
-		if i == 7 {
+		switch i {
+		case 3, 4:
+			s.idle += v
+		case 7:
 			s.steal = v
 		}
 	}
@@ -73,6 +76,14 @@ func stealPercent(a, b cpuSample) float64 {
 		return 0
 	}
 	return 100 * float64(b.steal-a.steal) / float64(b.total-a.total)
+}
+
+// busyPercent is the share of the machine's CPU time some process ran between a and b.
+func busyPercent(a, b cpuSample) float64 {
+	if b.total <= a.total {
+		return 0
+	}
+	return 100 * float64((b.total-a.total)-(b.idle-a.idle)-(b.steal-a.steal)) / float64(b.total-a.total)
 }
 
 // cpuPer is the process's CPU time between a and b divided by n.

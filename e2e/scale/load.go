@@ -43,6 +43,9 @@ type result struct {
 	// webhook's own CPU time per request sent.
 	Steal float64
 	CPU   time.Duration
+	// Busy is the share of the machine's CPU time any process ran while the load ran (the
+	// webhook, the load driver, the control plane).
+	Busy float64
 	// Rounds are the p99s of every round of a repeated load, of which this is the median.
 	Rounds []time.Duration
 }
@@ -61,7 +64,7 @@ func (r *result) P99() time.Duration { return r.percentile(0.99) }
 func (r *result) String() string {
 	s := fmt.Sprintf("%s at %d/s: sent %d, p50 %s, p99 %s, max %s, warned %d, failed %d (webhook not answering %d), skipped %d",
 		r.Name, r.Rate, r.Sent, ms(r.P50()), ms(r.P99()), ms(r.percentile(1)), r.Warned, r.Failed, r.Timeouts, r.Skipped)
-	s += fmt.Sprintf(", host steal %.0f%%, webhook CPU %s per request", r.Steal, us(r.CPU))
+	s += fmt.Sprintf(", host steal %.0f%%, machine busy %.0f%%, webhook CPU %s per request", r.Steal, r.Busy, us(r.CPU))
 	if len(r.Rounds) > 1 {
 		p := make([]string, len(r.Rounds))
 		for i, d := range r.Rounds {
