@@ -100,6 +100,9 @@ const (
 	// matchResultsSize bounds the device matches remembered per published state, one per list of
 	// selectors (a request's class and its own).
 	matchResultsSize = 1024
+	// matchResultsBytes bounds them by size too: an entry holds a count per node and a flag per
+	// device, 80 KB at 5,000 nodes of 8 GPUs.
+	matchResultsBytes = 16 << 20
 	// maxMatches bounds View.matches.
 	maxMatches = 200_000
 	// fullSize bounds the nodes whose slices as published are kept per published state: the
@@ -235,7 +238,8 @@ type snapshot struct {
 	// snapshot drops them all at the next published change.
 	projMu      sync.Mutex
 	projections map[string]*projection
-	// matchResults caches *deviceMatches by selectors (LRU, matchResultsSize).
+	// matchResults caches *deviceMatches by selectors (LRU, matchResultsSize entries and
+	// matchResultsBytes).
 	matchResults *lru.Cache
 	// verdicts caches Unsatisfiable answers by namespace and spec (LRU, verdictCacheSize).
 	verdicts *lru.Cache
@@ -273,7 +277,7 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 		slices = published.Compact(published.NewInterner(), objs.Slices)
 	}
 	s := &snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, sharedDrivers: map[string]bool{},
-		projections: map[string]*projection{}, matchResults: lru.New(matchResultsSize), verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
+		projections: map[string]*projection{}, verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
 	for _, c := range classes {
 		s.classes[c.Name] = c
 	}
@@ -358,6 +362,8 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 			s.exact = true
 		}
 	}
+	entry := 8*len(s.nodes) + len(s.devices) + 64
+	s.matchResults = lru.New(min(matchResultsSize, max(16, matchResultsBytes/entry)))
 	return s, nil
 }
 
