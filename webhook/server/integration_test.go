@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,12 +214,32 @@ func convert(t *testing.T, raw []byte, version string) runtime.Object {
 }
 
 // startWebhook runs the webhook binary's manager (NewManager, Setup) on the address srv's webhook
-// configurations call, until ctx ends or the test does; edit sets the options a test needs.
+// configurations call, until ctx ends or the test does; edit sets the options a test needs. Ports
+// are found free and bound later: envtest's serving port and the probe's were once the same port
+// the kernel handed out twice (CI), so the probe's must differ from it, and a start that finds a
+// port taken is tried again.
 func startWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Server, edit func(*Options)) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := tryStartWebhook(ctx, t, srv, edit)
+		if err == nil {
+			return
+		}
+		if attempt == 3 || !(errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")) {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; again on another port", attempt, err)
+	}
+}
+
+func tryStartWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Server, edit func(*Options)) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	wio := srv.Env.WebhookInstallOptions
 	probe := freeAddr(t)
+	for strings.HasSuffix(probe, fmt.Sprintf(":%d", wio.LocalServingPort)) {
+		probe = freeAddr(t)
+	}
 	opts := NewOptions()
 	opts.CertDir, opts.Host, opts.Port = wio.LocalServingCertDir, wio.LocalServingHost, wio.LocalServingPort
 	opts.HealthProbeBindAddress, opts.MetricsBindAddress = probe, "0"
@@ -233,26 +255,36 @@ func startWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Server, 
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
+	if err := waitReady("http://"+probe+"/readyz", done); err != nil {
+		cancel()
+		return err
+	}
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	waitReady(t, "http://"+probe+"/readyz")
+	return nil
 }
 
-func waitReady(t *testing.T, url string) {
-	t.Helper()
+// waitReady polls url until it answers 200, the manager ends (its error returned) or a minute
+// passes.
+func waitReady(url string, done <-chan error) error {
 	deadline := time.Now().Add(60 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			return fmt.Errorf("manager ended before the webhook was ready: %w", err)
+		default:
+		}
 		resp, err := http.Get(url)
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
 		} else {
@@ -260,5 +292,5 @@ func waitReady(t *testing.T, url string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("webhook not ready: %s", last)
+	return fmt.Errorf("webhook not ready after a minute: %s", last)
 }
