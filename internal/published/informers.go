@@ -17,8 +17,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version the server
-// serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes (labels only).
+// Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
+// the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
+// (labels only).
 type Informers struct {
 	slices, classes, nodes cache.SharedIndexInformer
 	factory                informers.SharedInformerFactory
