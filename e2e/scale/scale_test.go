@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,20 @@ func TestGroupsSpread(t *testing.T) {
 	}
 	if counts[""] != 600 || counts["h200"] != 300 || counts["l4"] != 100 {
 		t.Errorf("groups of 1,000 nodes: %v", counts)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	round := func(p99 time.Duration) *result {
+		r := &result{}
+		for range 100 {
+			r.Lat = append(r.Lat, p99)
+		}
+		return r
+	}
+	rs := []*result{round(9 * time.Millisecond), round(2 * time.Millisecond), round(3 * time.Millisecond)}
+	m := median(rs)
+	if m != rs[2] || !slices.Equal(m.Rounds, []time.Duration{9 * time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}) {
+		t.Errorf("median p99 %s, rounds %v; want the 3 ms round and every round in order", m.P99(), m.Rounds)
 	}
 }
