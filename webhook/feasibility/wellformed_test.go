@@ -26,6 +26,12 @@ func TestWellFormed(t *testing.T) {
 		{name: "both", requests: []resourceapi.DeviceRequest{{Name: "a", Exactly: exactly, FirstAvailable: []resourceapi.DeviceSubRequest{sub("x")}}}, want: "requests[0]: exactly one of"},
 		{name: "duplicate subrequest", requests: []resourceapi.DeviceRequest{{Name: "a", FirstAvailable: []resourceapi.DeviceSubRequest{sub("x"), sub("x")}}},
 			want: `firstAvailable[1].name: duplicate name "x"`},
+		{name: "empty request name", requests: []resourceapi.DeviceRequest{{FirstAvailable: []resourceapi.DeviceSubRequest{sub("x")}}},
+			want: `requests[0].name: ""`},
+		{name: "request name not a DNS label", requests: []resourceapi.DeviceRequest{{Name: "GPU_0", Exactly: exactly}},
+			want: `requests[0].name: "GPU_0"`},
+		{name: "empty subrequest name", requests: []resourceapi.DeviceRequest{{Name: "a", FirstAvailable: []resourceapi.DeviceSubRequest{sub("")}}},
+			want: `firstAvailable[0].name: ""`},
 		{name: "constraint names nothing", requests: []resourceapi.DeviceRequest{{Name: "a", Exactly: exactly}},
 			cons: []resourceapi.DeviceConstraint{{Requests: []string{"a", "zz/x"}}}, want: `constraints[0].requests[1]: no request named "zz/x"`},
 	} {
