@@ -1,9 +1,6 @@
 package servedfeatures
 
 import (
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,20 +11,6 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
-
-// apiServerMinor is the minor version of the kube-apiserver in KUBEBUILDER_ASSETS.
-func apiServerMinor(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(filepath.Join(testapiserver.AssetsDir(t), "kube-apiserver"), "--version").Output()
-	if err != nil {
-		t.Fatalf("kube-apiserver --version: %v", err)
-	}
-	m := regexp.MustCompile(`v1\.(\d+)\.`).FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("kube-apiserver --version: %q", out)
-	}
-	return "1." + string(m[1])
-}
 
 // TestOnAPIServer asks a real kube-apiserver, with the flags each supported release is run with,
 // and checks the answers against what its feature gates say. It runs on the release in
@@ -59,7 +42,7 @@ func TestOnAPIServer(t *testing.T) {
 			{"defaults", "", "", want{true, AdminAccessNeedsLabel, true, true}},
 		},
 	}
-	minor := apiServerMinor(t)
+	minor := testapiserver.Minor(t)
 	if cases[minor] == nil {
 		t.Skipf("SKIPPED: no expectations for kube-apiserver %s", minor)
 	}

@@ -5,7 +5,9 @@ package testapiserver
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 
@@ -73,6 +75,21 @@ func AssetsDir(t testing.TB) string {
 		t.Skip("SKIPPED: " + msg)
 	}
 	return dir
+}
+
+// Minor is the minor version ("1.34") of the kube-apiserver in AssetsDir, for tests whose
+// expectations differ by release.
+func Minor(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(AssetsDir(t), "kube-apiserver"), "--version").Output()
+	if err != nil {
+		t.Fatalf("kube-apiserver --version: %v", err)
+	}
+	m := regexp.MustCompile(`v1\.(\d+)\.`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("kube-apiserver --version: %q", out)
+	}
+	return "1." + string(m[1])
 }
 
 var setLogger sync.Once

@@ -3,9 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +44,7 @@ func TestSharingThroughAPIServer(t *testing.T) {
 		},
 		"1.37": {{"defaults", "", true}},
 	}
-	assets := testapiserver.AssetsDir(t)
-	out, err := exec.Command(filepath.Join(assets, "kube-apiserver"), "--version").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	minor := "1." + regexp.MustCompile(`v1\.(\d+)\.`).FindStringSubmatch(string(out))[1]
+	minor := testapiserver.Minor(t)
 	if cases[minor] == nil {
 		t.Skipf("SKIPPED: no expectations for kube-apiserver %s", minor)
 	}
