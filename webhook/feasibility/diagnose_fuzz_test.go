@@ -20,7 +20,7 @@ import (
 // is called allocatable unless Diagnose says it does not know. An input that takes over 10 s
 // counts as a crash too. Seeds: testdata/diagnose.yaml and testdata/fuzz/FuzzDiagnose.
 func FuzzDiagnose(f *testing.F) {
-	for _, tc := range diagnoseCases(f) {
+	for _, tc := range loadCases[diagnoseCase](f, "diagnose.yaml") {
 		seed, err := json.Marshal(tc.Spec)
 		if err != nil {
 			f.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -54,16 +55,16 @@ type diagnoseCase struct {
 	Spec        resourceapi.ResourceClaimSpec `json:"spec"`
 }
 
-// diagnoseCases are testdata/diagnose.yaml's.
-func diagnoseCases(tb testing.TB) []diagnoseCase {
+// loadCases reads a table of test cases from testdata/file, refusing unknown fields.
+func loadCases[C any](tb testing.TB, file string) []C {
 	tb.Helper()
-	data, err := os.ReadFile("testdata/diagnose.yaml")
+	data, err := os.ReadFile(filepath.Join("testdata", file))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var cases []diagnoseCase
+	var cases []C
 	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("testdata/%s: %v", file, err)
 	}
 	return cases
 }
@@ -72,7 +73,7 @@ func TestDiagnoseAgreesWithAllocator(t *testing.T) {
 	ctx := context.Background()
 	st, fl := busyCluster()
 	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
-	for _, tc := range diagnoseCases(t) {
+	for _, tc := range loadCases[diagnoseCase](t, "diagnose.yaml") {
 		t.Run(tc.Name, func(t *testing.T) {
 			spec := tc.Spec.DeepCopy()
 			resourceversion.Default(spec)

@@ -3,7 +3,6 @@ package feasibility
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
@@ -127,16 +125,8 @@ type sharingCase struct {
 // against the published devices (Unsatisfiable: the same answer whatever is allocated), then
 // against what the held claims leave free (HeldNow).
 func TestSharing(t *testing.T) {
-	data, err := os.ReadFile("testdata/sharing.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []sharingCase
-	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		t.Fatalf("testdata/sharing.yaml: %v", err)
-	}
 	st := sharingCluster(t)
-	for _, tc := range cases {
+	for _, tc := range loadCases[sharingCase](t, "sharing.yaml") {
 		t.Run(tc.Name, func(t *testing.T) {
 			ctx := context.Background()
 			spec := tc.Spec.DeepCopy()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
@@ -50,14 +48,7 @@ func transformed(t testing.TB, st *published.Objects) *published.Objects {
 // over the objects as published.
 func TestTransformedInventoryAnswersTheSame(t *testing.T) {
 	ctx := context.Background()
-	data, err := os.ReadFile("testdata/claims.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []claimCase
-	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		t.Fatal(err)
-	}
+	cases := loadCases[claimCase](t, "claims.yaml")
 	st := testCluster()
 	checker := celcheck.New(driver, deviceschema.DeviceSchema())
 	plain, shared := New(st, checker), New(transformed(t, st), checker)

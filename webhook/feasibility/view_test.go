@@ -3,7 +3,6 @@ package feasibility
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/published"
@@ -119,14 +117,7 @@ func naiveWith(ctx context.Context, t *testing.T, st *published.Objects, state s
 func TestAgreesWithAllocator(t *testing.T) {
 	// The allocator logs every step at V(5); keep the test output readable.
 	ctx := context.Background()
-	data, err := os.ReadFile("testdata/claims.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []claimCase
-	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		t.Fatal(err)
-	}
+	cases := loadCases[claimCase](t, "claims.yaml")
 	st := testCluster()
 	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
 	// A loaded CI machine must not turn a verdict into "unknown".
