@@ -81,18 +81,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 // devices (in.mu held) returns a list equal to devices, shared with every slice of the same
 // devices: with their own attributes apart, the nodes of one node group publish the same list.
 func (in *Interner) devices(devices []resourceapi.Device) []resourceapi.Device {
-	key, ok := shapeKey(devices)
-	if !ok {
-		return devices
-	}
-	if l, ok := in.deviceLists[key]; ok {
-		return l
-	}
-	if len(in.deviceLists) >= maxShared {
-		clear(in.deviceLists)
-	}
-	in.deviceLists[key] = devices
-	return devices
+	return shared(in.deviceLists, devices, func() []resourceapi.Device { return devices })
 }
 
 // varyingStrings are the names of the string and version attributes that differ between the
@@ -252,28 +241,19 @@ func (in *Interner) attribute(a resourceapi.DeviceAttribute) resourceapi.DeviceA
 	return a
 }
 
-// attributes (in.mu held) returns a map equal to attrs: an identical one seen before, or a copy with interned
-// names and values. Devices whose attributes differ (a uuid each) share at least those.
+// attributes (in.mu held) returns a map equal to attrs: an identical one seen before, or a copy
+// with interned names and values.
 func (in *Interner) attributes(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	if attrs == nil {
 		return nil
 	}
-	key, ok := shapeKey(attrs)
-	if !ok {
-		return attrs
-	}
-	if m, ok := in.attrMaps[key]; ok {
+	return shared(in.attrMaps, attrs, func() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+		m := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(attrs))
+		for n, a := range attrs {
+			m[resourceapi.QualifiedName(*in.str(string(n)))] = in.attribute(a)
+		}
 		return m
-	}
-	m := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(attrs))
-	for n, a := range attrs {
-		m[resourceapi.QualifiedName(*in.str(string(n)))] = in.attribute(a)
-	}
-	if len(in.attrMaps) >= maxShared {
-		clear(in.attrMaps)
-	}
-	in.attrMaps[key] = m
-	return m
+	})
 }
 
 // capacity (in.mu held) returns a map equal to caps, shared with every device of the same capacities.
@@ -281,22 +261,32 @@ func (in *Interner) capacity(caps map[resourceapi.QualifiedName]resourceapi.Devi
 	if caps == nil {
 		return nil
 	}
-	key, ok := shapeKey(caps)
-	if !ok {
-		return caps
-	}
-	if m, ok := in.capMaps[key]; ok {
+	return shared(in.capMaps, caps, func() map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+		m := make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(caps))
+		for n, c := range caps {
+			m[resourceapi.QualifiedName(*in.str(string(n)))] = c
+		}
 		return m
+	})
+}
+
+// shared returns the value table holds for v's shapeKey, or stores and returns build() (equal to
+// v) for it. The table starts over at maxShared entries. A v that cannot be encoded is returned
+// as it is.
+func shared[T any](table map[string]T, v T, build func() T) T {
+	key, ok := shapeKey(v)
+	if !ok {
+		return v
 	}
-	m := make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(caps))
-	for n, c := range caps {
-		m[resourceapi.QualifiedName(*in.str(string(n)))] = c
+	if s, ok := table[key]; ok {
+		return s
 	}
-	if len(in.capMaps) >= maxShared {
-		clear(in.capMaps)
+	s := build()
+	if len(table) >= maxShared {
+		clear(table)
 	}
-	in.capMaps[key] = m
-	return m
+	table[key] = s
+	return s
 }
 
 // shapeKey encodes a map canonically (JSON sorts map keys): equal keys are equal maps. Different
