@@ -48,18 +48,8 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 		return "", nil
 	}
 	features := v.featuresFor(ctx, s)
-	// Verdicts are remembered by a digest of the question: a key is then 32 bytes however large
-	// the claim, and a cached verdict keeps nothing of it. The features are part of the question:
-	// the API server's answer may change within one published state.
-	var verdictKey *[sha256.Size]byte
-	if data, err := json.Marshal(spec); err == nil {
-		h := sha256.New()
-		h.Write([]byte(namespace))
-		h.Write([]byte{0})
-		fmt.Fprintf(h, "%+v", features)
-		h.Write([]byte{0})
-		h.Write(data)
-		verdictKey = (*[sha256.Size]byte)(h.Sum(nil))
+	verdictKey := questionKey(namespace, features, spec)
+	if verdictKey != nil {
 		if msg, ok := s.verdicts.Get(*verdictKey); ok {
 			return msg.(string), nil
 		}
@@ -73,6 +63,20 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 		s.verdicts.Add(*verdictKey, msg)
 	}
 	return msg, nil
+}
+
+// questionKey is the digest answers are remembered by: a key is then 32 bytes however large the
+// claim, and a cached answer keeps nothing of it. The features are part of the question: the API
+// server's answer may change within one published state. Nil when spec cannot be encoded.
+func questionKey(namespace string, features structured.Features, spec *resourceapi.ResourceClaimSpec) *[sha256.Size]byte {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%+v\x00", namespace, features)
+	h.Write(data)
+	return (*[sha256.Size]byte)(h.Sum(nil))
 }
 
 // unsatisfiable answers for one snapshot; cacheable is false for answers that depend on more

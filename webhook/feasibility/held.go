@@ -2,8 +2,6 @@ package feasibility
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -42,13 +40,8 @@ func (v *View) HeldNow(ctx context.Context, namespace string, spec *resourceapi.
 	if err != nil {
 		return "", err
 	}
-	var key *[sha256.Size]byte
-	features := v.featuresFor(ctx, s)
-	if data, err := json.Marshal(spec); err == nil {
-		h := sha256.New()
-		fmt.Fprintf(h, "%s\x00%+v\x00", namespace, features)
-		h.Write(data)
-		key = (*[sha256.Size]byte)(h.Sum(nil))
+	key := questionKey(namespace, v.featuresFor(ctx, s), spec)
+	if key != nil {
 		if msg, ok := st.answers.Get(*key); ok {
 			return msg.(string), nil
 		}
