@@ -77,8 +77,8 @@ func (s *Slice) Attributes(i int) map[resourceapi.QualifiedName]resourceapi.Devi
 	return out
 }
 
-// AttributeNames calls f with the name and value of every attribute of device i.
-func (s *Slice) AttributeNames(i int, f func(resourceapi.QualifiedName, resourceapi.DeviceAttribute)) {
+// RangeAttributes calls f with the name and value of every attribute of device i.
+func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourceapi.DeviceAttribute)) {
 	for n, a := range s.Spec.Devices[i].Attributes {
 		f(n, a)
 	}

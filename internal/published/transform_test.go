@@ -79,14 +79,14 @@ func TestTransformSlice(t *testing.T) {
 					}
 				}
 				seen := map[resourceapi.QualifiedName]bool{}
-				ta.AttributeNames(i, func(n resourceapi.QualifiedName, got resourceapi.DeviceAttribute) {
+				ta.RangeAttributes(i, func(n resourceapi.QualifiedName, got resourceapi.DeviceAttribute) {
 					if seen[n] || !apiequality.Semantic.DeepEqual(got, d.Attributes[n]) {
-						t.Errorf("device %d: AttributeNames gave %s = %v twice or wrong", i, n, got)
+						t.Errorf("device %d: RangeAttributes gave %s = %v twice or wrong", i, n, got)
 					}
 					seen[n] = true
 				})
 				if len(seen) != len(d.Attributes) {
-					t.Errorf("device %d: AttributeNames gave %d attributes, want %d", i, len(seen), len(d.Attributes))
+					t.Errorf("device %d: RangeAttributes gave %d attributes, want %d", i, len(seen), len(d.Attributes))
 				}
 			}
 			wantMeta := metav1.ObjectMeta{Name: a.Name, UID: a.UID, ResourceVersion: "42", Generation: 1}

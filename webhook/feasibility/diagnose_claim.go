@@ -383,7 +383,7 @@ func (d *diagnoser) sharedAttributes(sub []*judged, n int, need int64, skip stri
 			continue
 		}
 		dev := &d.s.devices[di]
-		dev.slice.AttributeNames(int(dev.index), func(qn resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
+		dev.slice.RangeAttributes(int(dev.index), func(qn resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
 			full := string(qn)
 			if !strings.Contains(full, "/") {
 				full = dev.slice.Spec.Driver + "/" + full

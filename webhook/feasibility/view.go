@@ -434,7 +434,7 @@ func fullKey(d *device) string {
 	b.WriteString(d.slice.Spec.Driver)
 	p := d.published()
 	var names []string
-	d.slice.AttributeNames(int(d.index), func(n resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
+	d.slice.RangeAttributes(int(d.index), func(n resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
 		names = append(names, "a"+string(n)+"="+attrString(a))
 	})
 	for n, c := range p.Capacity {
