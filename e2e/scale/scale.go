@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"time"
 
@@ -84,11 +85,17 @@ func (o *Options) Validate() error {
 	if o.Kwok != "" && o.SchedPods > 0 && !slices.Contains(o.Nodes, o.SchedNodes) {
 		errs = append(errs, fmt.Errorf("--sched-nodes=%d: must be one of --nodes %v", o.SchedNodes, o.Nodes))
 	}
+	if o.GOMemLimit != "off" && !memLimit.MatchString(o.GOMemLimit) {
+		errs = append(errs, fmt.Errorf("--webhook-gomemlimit=%q: want off or a size as Go reads GOMEMLIMIT, e.g. 128MiB", o.GOMemLimit))
+	}
 	if o.Workers < 1 || o.Workers > 256 {
 		errs = append(errs, fmt.Errorf("--workers=%d: want 1..256", o.Workers))
 	}
 	return errors.Join(errs...)
 }
+
+// memLimit is the GOMEMLIMIT syntax: bytes with an optional binary unit.
+var memLimit = regexp.MustCompile(`^[0-9]{1,19}(B|KiB|MiB|GiB|TiB)?$`)
 
 // highRounds is how often the high-rate load runs per phase.
 const highRounds = 3

@@ -8,9 +8,14 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok"}
+	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok", GOMemLimit: "128MiB"}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid options refused: %v", err)
+	}
+	off := ok
+	off.GOMemLimit = "off"
+	if err := off.Validate(); err != nil {
+		t.Fatalf("GOMEMLIMIT off refused: %v", err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -25,6 +30,10 @@ func TestValidate(t *testing.T) {
 		{"too many pods", func(o *Options) { o.SchedPods = maxPods + 1 }, "--sched-pods"},
 		{"sched size not measured", func(o *Options) { o.SchedNodes = 50 }, "--sched-nodes"},
 		{"workers", func(o *Options) { o.Workers = 0 }, "--workers"},
+		{"memory limit unit", func(o *Options) { o.GOMemLimit = "128M" }, "--webhook-gomemlimit"},
+		{"memory limit negative", func(o *Options) { o.GOMemLimit = "-1MiB" }, "--webhook-gomemlimit"},
+		{"memory limit huge", func(o *Options) { o.GOMemLimit = strings.Repeat("9", 40) + "MiB" }, "--webhook-gomemlimit"},
+		{"memory limit unicode", func(o *Options) { o.GOMemLimit = "１２８MiB" }, "--webhook-gomemlimit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
