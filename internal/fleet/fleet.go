@@ -28,6 +28,12 @@ type Input struct {
 	Slices     []*resourceapi.ResourceSlice
 	Claims     []*resourceapi.ResourceClaim
 	TaintRules []*resourceapi.DeviceTaintRule
+	// BusyPoolsOnly restricts the fleet (Slices, Devices, CounterSets) to the pools in which
+	// something may stand in a claim's way: an allocated, tainted or shared device, or one that
+	// needs more of a counter than its pool has. Every device of another pool is free and
+	// unhindered, and Device returns nil for it. For callers that look for obstacles in a large
+	// cluster, where listing every free device costs a kilobyte each.
+	BusyPoolsOnly bool
 }
 
 // State is the one-word summary of a device's use.
@@ -60,7 +66,8 @@ type Device struct {
 	Node string `json:"node"`
 	// Model is the device's "model" attribute in its driver's domain, "" when it has none.
 	Model string `json:"model,omitempty"`
-	// Memory is the device's "memory" capacity in its driver's domain.
+	// Memory is the device's "memory" capacity in its driver's domain. Memory and Capacity are
+	// shared between devices of one shape: read-only.
 	Memory   *resource.Quantity                              `json:"memory,omitempty"`
 	Capacity map[resourceapi.QualifiedName]resource.Quantity `json:"capacity,omitempty"`
 	// Shared: the device allows several allocations at once (allowMultipleAllocations).
@@ -159,6 +166,13 @@ func Build(in Input) *Fleet {
 	f := &Fleet{byID: map[structured.DeviceID]*Device{}}
 	var rules map[structured.DeviceID][]string
 	f.Slices, rules = applyTaintRules(in.Slices, in.TaintRules)
+	if in.BusyPoolsOnly {
+		busy := busyPools(f.Slices, in.Claims, rules)
+		f.Slices = slices.DeleteFunc(slices.Clone(f.Slices), func(sl *resourceapi.ResourceSlice) bool {
+			return !busy[poolKey{sl.Spec.Driver, sl.Spec.Pool.Name}]
+		})
+	}
+	caps := capacities{}
 	for _, sl := range f.Slices {
 		node := sliceNode(sl)
 		for i := range sl.Spec.Devices {
@@ -174,16 +188,8 @@ func Build(in Input) *Fleet {
 			if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
 				dev.Model = *a.StringValue
 			}
-			if len(d.Capacity) > 0 {
-				dev.Capacity = map[resourceapi.QualifiedName]resource.Quantity{}
-				for n, c := range d.Capacity {
-					dev.Capacity[n] = c.Value
-				}
-				if c, ok := lookupCapacity(d.Capacity, sl.Spec.Driver, "memory"); ok {
-					m := c.Value.DeepCopy()
-					dev.Memory = &m
-				}
-			}
+			c := caps.of(sl.Spec.Driver, d.Capacity)
+			dev.Capacity, dev.Memory = c.all, c.memory
 			id := dev.ID()
 			dev.Taints = taintsOf(d.Taints, rules[id])
 			dev.Healthy = true

@@ -42,7 +42,7 @@ func watchChanges(ctx context.Context, t *testing.T, dra *draclient.Client, inf 
 			t.Fatal(err)
 		}
 		byName := map[string]*Slice{}
-		for _, s := range objs.Compact {
+		for _, s := range objs.CompactSlices {
 			byName[s.Name] = s
 		}
 		a, c, deleted := byName[added.Name], byName[changed.Name], byName["node-0001-gpu.example.com-abcde"] == nil
@@ -99,10 +99,10 @@ func TestInformersListInPages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(objs.Compact) != n || objs.Slices != nil {
-				t.Fatalf("%d slices cached (and %d as published), want %d", len(objs.Compact), len(objs.Slices), n)
+			if len(objs.CompactSlices) != n || objs.Slices != nil {
+				t.Fatalf("%d slices cached (and %d as published), want %d", len(objs.CompactSlices), len(objs.Slices), n)
 			}
-			for _, s := range objs.Compact {
+			for _, s := range objs.CompactSlices {
 				if s.Annotations != nil || s.ManagedFields != nil {
 					t.Fatalf("slice %s cached with its metadata: %+v", s.Name, s.ObjectMeta)
 				}

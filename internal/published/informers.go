@@ -3,6 +3,7 @@ package published
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -19,7 +20,7 @@ import (
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
 // the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
-// (labels only).
+// (as Nodes: labels only).
 type Informers struct {
 	slices, classes, nodes cache.SharedIndexInformer
 	factory                informers.SharedInformerFactory
@@ -83,8 +84,8 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 	_, _ = i.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { i.changed() },
 		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*v1.Node)
-			n, ok2 := newObj.(*v1.Node)
+			o, ok1 := oldObj.(*Node)
+			n, ok2 := newObj.(*Node)
 			if !ok1 || !ok2 || !sameNode(o, n) {
 				i.changed()
 			}
@@ -95,24 +96,15 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 }
 
 // nodeLabelsOnly keeps what the allocator reads of a Node (name and labels), and of its
-// allocatable resources those in keep: a thousand full Node objects are megabytes of status
-// nobody here looks at.
+// allocatable resources those in keep, as a Node: a thousand full Node objects are megabytes of
+// status nobody here looks at.
 func (in *Interner) nodeLabelsOnly(keep []v1.ResourceName) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		n, ok := obj.(*v1.Node)
 		if !ok {
 			return obj, nil
 		}
-		out := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: in.labels(n.Labels), ResourceVersion: n.ResourceVersion, UID: n.UID}}
-		for _, name := range keep {
-			if q, ok := n.Status.Allocatable[name]; ok {
-				if out.Status.Allocatable == nil {
-					out.Status.Allocatable = v1.ResourceList{}
-				}
-				out.Status.Allocatable[name] = q
-			}
-		}
-		return out, nil
+		return in.node(n, func(name v1.ResourceName) bool { return slices.Contains(keep, name) }), nil
 	}
 }
 
@@ -134,8 +126,8 @@ func (i *Informers) DeviceClasses() []*resourceapi.DeviceClass {
 // plugin advertises it), or "" for none. name must be one NewInformers was told to keep.
 func (i *Informers) NodeAdvertising(name v1.ResourceName) string {
 	for _, o := range i.nodes.GetStore().List() {
-		if n, ok := o.(*v1.Node); ok {
-			if q, ok := n.Status.Allocatable[name]; ok && q.Sign() > 0 {
+		if n, ok := o.(*Node); ok {
+			if q, ok := n.Allocatable[name]; ok && q.Sign() > 0 {
 				return n.Name
 			}
 		}
@@ -177,8 +169,8 @@ func (i *Informers) Published() (*Objects, error) {
 		return nil, ErrNotSynced
 	}
 	return &Objects{
-		Compact: list[Slice](i.slices),
-		Classes: list[resourceapi.DeviceClass](i.classes),
-		Nodes:   list[v1.Node](i.nodes),
+		CompactSlices: list[Slice](i.slices),
+		Classes:       list[resourceapi.DeviceClass](i.classes),
+		CompactNodes:  list[Node](i.nodes),
 	}, nil
 }

@@ -28,12 +28,12 @@ func TestNodeTransform(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := out.(*v1.Node)
-		if n.Name != "n1" || n.Labels["a"] != "b" || n.Annotations != nil || n.Status.Images != nil {
+		n := out.(*Node)
+		if l, _ := n.Label("a"); n.Name != "n1" || l != "b" || len(n.Labels()) != 1 || n.Annotations != nil {
 			t.Errorf("kept more than name and labels: %+v", n)
 		}
-		if len(n.Status.Allocatable) != len(tc.want) || !n.Status.Allocatable["gpu.example.com/gpu"].Equal(tc.want["gpu.example.com/gpu"]) {
-			t.Errorf("keep %v: allocatable %v, want %v", tc.keep, n.Status.Allocatable, tc.want)
+		if len(n.Allocatable) != len(tc.want) || !n.Allocatable["gpu.example.com/gpu"].Equal(tc.want["gpu.example.com/gpu"]) {
+			t.Errorf("keep %v: allocatable %v, want %v", tc.keep, n.Allocatable, tc.want)
 		}
 	}
 }

@@ -14,11 +14,13 @@ import (
 // Objects are the published objects at one moment.
 type Objects struct {
 	Slices []*resourceapi.ResourceSlice
-	// Compact are the slices as the informers keep them; Informers.Published sets these instead
-	// of Slices.
-	Compact []*Slice
-	Classes []*resourceapi.DeviceClass
-	Nodes   []*v1.Node
+	// CompactSlices are the slices as the informers keep them; Informers.Published sets these
+	// instead of Slices.
+	CompactSlices []*Slice
+	Classes       []*resourceapi.DeviceClass
+	Nodes         []*v1.Node
+	// CompactNodes are the nodes as the informers keep them, set instead of Nodes.
+	CompactNodes []*Node
 }
 
 // Published returns o itself, so that a fixed set serves where a live source does.

@@ -2,6 +2,7 @@ package published
 
 import (
 	"maps"
+	"math"
 	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,16 +20,35 @@ type Slice struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
 	Spec resourceapi.ResourceSliceSpec
-	// own is sorted by device index.
-	own []ownAttribute
+	// own is sorted by device index; the names and values are in ownText. Neither holds a
+	// pointer: the collector, which walks every cached slice on every cycle, skips both.
+	own     []ownAttribute
+	ownText string
 }
 
-// ownAttribute is a string or version attribute of one device, kept apart from its shared map.
+// ownAttribute is a string or version attribute of one device, kept apart from its shared map:
+// its name and then its value, at off in the slice's ownText.
 type ownAttribute struct {
-	device  int32
-	version bool
-	name    resourceapi.QualifiedName
-	value   string
+	device            int32
+	off               uint32
+	nameLen, valueLen uint16
+	version           bool
+}
+
+// fitsOwn: an attribute of this name and value can be an ownAttribute. The API server allows far
+// shorter ones; anything else stays in the device's map.
+func fitsOwn(name, value string) bool {
+	return len(name) <= math.MaxUint16 && len(value) <= math.MaxUint16
+}
+
+// addOwn appends attribute name of device i to own and its text to text.
+func addOwn(own []ownAttribute, text []byte, i int, name, value string, version bool) ([]ownAttribute, []byte) {
+	own = append(own, ownAttribute{device: int32(i), off: uint32(len(text)), nameLen: uint16(len(name)), valueLen: uint16(len(value)), version: version})
+	return own, append(append(text, name...), value...)
+}
+
+func (s *Slice) ownName(a *ownAttribute) string {
+	return s.ownText[a.off : a.off+uint32(a.nameLen)]
 }
 
 // ownOf returns the own attributes of device i.
@@ -41,20 +61,21 @@ func (s *Slice) ownOf(i int) []ownAttribute {
 	return s.own[lo:hi]
 }
 
-func (a *ownAttribute) attribute() resourceapi.DeviceAttribute {
-	// The cached value is read-only, as every informer cache is: pointing into it is safe.
+func (s *Slice) ownAttribute(a *ownAttribute) resourceapi.DeviceAttribute {
+	start := a.off + uint32(a.nameLen)
+	v := s.ownText[start : start+uint32(a.valueLen)]
 	if a.version {
-		return resourceapi.DeviceAttribute{VersionValue: &a.value}
+		return resourceapi.DeviceAttribute{VersionValue: &v}
 	}
-	return resourceapi.DeviceAttribute{StringValue: &a.value}
+	return resourceapi.DeviceAttribute{StringValue: &v}
 }
 
 // Attribute returns attribute name of device i.
 func (s *Slice) Attribute(i int, name resourceapi.QualifiedName) (resourceapi.DeviceAttribute, bool) {
 	own := s.ownOf(i)
 	for k := range own {
-		if own[k].name == name {
-			return own[k].attribute(), true
+		if s.ownName(&own[k]) == string(name) {
+			return s.ownAttribute(&own[k]), true
 		}
 	}
 	a, ok := s.Spec.Devices[i].Attributes[name]
@@ -72,7 +93,7 @@ func (s *Slice) Attributes(i int) map[resourceapi.QualifiedName]resourceapi.Devi
 	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(shared)+len(own))
 	maps.Copy(out, shared)
 	for k := range own {
-		out[own[k].name] = own[k].attribute()
+		out[resourceapi.QualifiedName(s.ownName(&own[k]))] = s.ownAttribute(&own[k])
 	}
 	return out
 }
@@ -84,7 +105,7 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 	}
 	own := s.ownOf(i)
 	for k := range own {
-		f(own[k].name, own[k].attribute())
+		f(resourceapi.QualifiedName(s.ownName(&own[k])), s.ownAttribute(&own[k]))
 	}
 }
 
@@ -106,7 +127,7 @@ func (s *Slice) Full() *resourceapi.ResourceSlice {
 // DeepCopyObject makes Slice a runtime.Object, as the informer's store wants; the copy shares
 // nothing with s.
 func (s *Slice) DeepCopyObject() runtime.Object {
-	out := &Slice{TypeMeta: s.TypeMeta, own: append([]ownAttribute(nil), s.own...)}
+	out := &Slice{TypeMeta: s.TypeMeta, own: append([]ownAttribute(nil), s.own...), ownText: s.ownText}
 	s.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	s.Spec.DeepCopyInto(&out.Spec)
 	return out

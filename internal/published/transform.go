@@ -6,11 +6,11 @@ import (
 	"maps"
 	"sync"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 )
 
 // The informers keep what the checks read and share what repeats. A fleet is thousands of nodes
@@ -19,8 +19,8 @@ import (
 // managedFields (a field set per device). The cached objects are read-only (as every informer
 // cache is), so equal parts can be one value.
 
-// sliceMeta keeps of a slice's metadata what identifies it; the allocator and the View read
-// only the spec and the name.
+// sliceMeta (in.mu held) keeps of a slice's metadata what identifies it; the allocator and the
+// View read only the spec and the name.
 func (in *Interner) sliceMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: in.labels(m.Labels)}
 }
@@ -38,15 +38,17 @@ func (in *Interner) TransformSlice(obj any) (any, error) {
 }
 
 func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
-	out := &Slice{TypeMeta: s.TypeMeta, ObjectMeta: in.sliceMeta(&s.ObjectMeta), Spec: s.Spec}
+	out := &Slice{TypeMeta: s.TypeMeta, Spec: s.Spec}
 	varying := varyingStrings(s.Spec.Devices)
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	out.ObjectMeta = in.sliceMeta(&s.ObjectMeta)
 	out.Spec.Driver = *in.str(s.Spec.Driver)
 	if s.Spec.Devices == nil {
 		return out
 	}
 	out.Spec.Devices = make([]resourceapi.Device, len(s.Spec.Devices))
+	var text []byte
 	for i := range s.Spec.Devices {
 		d := s.Spec.Devices[i]
 		d.Name = *in.str(d.Name)
@@ -55,17 +57,15 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 			if !varying[n] || (a.StringValue == nil && a.VersionValue == nil) {
 				continue
 			}
+			value := ptr.Deref(a.StringValue, ptr.Deref(a.VersionValue, ""))
+			if !fitsOwn(string(n), value) {
+				continue
+			}
 			if !cloned {
 				attrs, cloned = maps.Clone(d.Attributes), true
 			}
 			delete(attrs, n)
-			own := ownAttribute{device: int32(i), name: resourceapi.QualifiedName(*in.str(string(n)))}
-			if a.VersionValue != nil {
-				own.version, own.value = true, *a.VersionValue
-			} else {
-				own.value = *a.StringValue
-			}
-			out.own = append(out.own, own)
+			out.own, text = addOwn(out.own, text, i, string(n), value, a.VersionValue != nil)
 		}
 		if cloned && len(attrs) == 0 {
 			attrs = nil
@@ -75,6 +75,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 		out.Spec.Devices[i] = d
 	}
 	out.Spec.Devices = in.devices(out.Spec.Devices)
+	out.ownText = string(text)
 	return out
 }
 
@@ -183,6 +184,8 @@ type Interner struct {
 	capMaps  map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	// deviceLists are slices' device lists, their own attributes apart.
 	deviceLists map[string][]resourceapi.Device
+	labelMaps   map[string]map[string]string
+	keyLists    map[string][]string
 }
 
 // NewInterner returns an empty Interner.
@@ -193,6 +196,8 @@ func NewInterner() *Interner {
 		capMaps:  map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{},
 
 		deviceLists: map[string][]resourceapi.Device{},
+		labelMaps:   map[string]map[string]string{},
+		keyLists:    map[string][]string{},
 	}
 }
 
@@ -296,35 +301,26 @@ func shapeKey(m any) (string, bool) {
 	return string(data), err == nil
 }
 
-// labels copies labels with shared keys and values: nodes repeat the same few.
+// labels (in.mu held) returns a map equal to labels, shared with every object of the same labels.
 func (in *Interner) labels(labels map[string]string) map[string]string {
 	if labels == nil {
 		return nil
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	out := make(map[string]string, len(labels))
-	for k, v := range labels {
-		out[*in.str(k)] = *in.str(v)
-	}
-	return out
+	return shared(in.labelMaps, labels, func() map[string]string {
+		out := make(map[string]string, len(labels))
+		for k, v := range labels {
+			out[*in.str(k)] = *in.str(v)
+		}
+		return out
+	})
 }
 
-// sameNode reports whether two transformed nodes look the same to the checks (labels and the
-// allocatable resources kept); a status heartbeat changes neither.
-func sameNode(a, b *v1.Node) bool {
-	if a.Name != b.Name || len(a.Labels) != len(b.Labels) || len(a.Status.Allocatable) != len(b.Status.Allocatable) {
-		return false
-	}
-	for k, v := range a.Labels {
-		if w, ok := b.Labels[k]; !ok || w != v {
-			return false
+// keys (in.mu held) returns a list equal to keys, shared with every object of the same.
+func (in *Interner) keys(keys []string) []string {
+	return shared(in.keyLists, keys, func() []string {
+		for i, k := range keys {
+			keys[i] = *in.str(k)
 		}
-	}
-	for k, q := range a.Status.Allocatable {
-		if r, ok := b.Status.Allocatable[k]; !ok || q.Cmp(r) != 0 {
-			return false
-		}
-	}
-	return true
+		return keys
+	})
 }

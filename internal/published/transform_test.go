@@ -3,10 +3,11 @@ package published
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -169,32 +170,6 @@ func TestTransformPassesOtherObjects(t *testing.T) {
 	}
 }
 
-func TestSameNode(t *testing.T) {
-	base := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"a": "1"}},
-		Status: v1.NodeStatus{Allocatable: v1.ResourceList{"example.com/gpu": resource.MustParse("2")}}}
-	for _, tc := range []struct {
-		name   string
-		change func(*v1.Node)
-		same   bool
-	}{
-		{"heartbeat", func(n *v1.Node) { n.ResourceVersion = "2" }, true},
-		{"allocatable respelled", func(n *v1.Node) { n.Status.Allocatable["example.com/gpu"] = resource.MustParse("2000m") }, true},
-		{"label value", func(n *v1.Node) { n.Labels["a"] = "2" }, false},
-		{"label added", func(n *v1.Node) { n.Labels["b"] = "1" }, false},
-		{"label renamed", func(n *v1.Node) { delete(n.Labels, "a"); n.Labels["b"] = "1" }, false},
-		{"allocatable", func(n *v1.Node) { n.Status.Allocatable["example.com/gpu"] = resource.MustParse("0") }, false},
-		{"allocatable gone", func(n *v1.Node) { n.Status.Allocatable = nil }, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n := base.DeepCopy()
-			tc.change(n)
-			if got := sameNode(base, n); got != tc.same {
-				t.Errorf("sameNode = %t, want %t", got, tc.same)
-			}
-		})
-	}
-}
-
 // TestListSlicesInPages: the informer's list reads pages at the latest resourceVersion, passes
 // each continue token on, and returns every item transformed.
 func TestListSlicesInPages(t *testing.T) {
@@ -258,5 +233,40 @@ func TestTransformEvent(t *testing.T) {
 	status := &metav1.Status{Message: "too old"}
 	if e, ok := in.transformEvent(watch.Event{Type: watch.Error, Object: status}); !ok || e.Object != runtime.Object(status) {
 		t.Errorf("error event changed: %+v", e)
+	}
+}
+
+// TestTransformSliceOwnAttributes: string and version attributes that differ between devices are
+// kept apart and read back whole; one too long to keep apart stays in the device's map.
+func TestTransformSliceOwnAttributes(t *testing.T) {
+	long := strings.Repeat("x", math.MaxUint16+1)
+	dev := func(i int) resourceapi.Device {
+		return resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"uuid":     {StringValue: ptr.To(fmt.Sprintf("GPU-%d", i))},
+			"firmware": {VersionValue: ptr.To(fmt.Sprintf("1.%d.0", i))},
+			"blob":     {StringValue: ptr.To(long + fmt.Sprint(i))},
+			"model":    {StringValue: ptr.To("M")},
+		}}
+	}
+	s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: "d", NodeName: ptr.To("n"), Pool: resourceapi.ResourcePool{Name: "n"}, Devices: []resourceapi.Device{dev(0), dev(1), dev(2)}}}
+	out, err := NewInterner().TransformSlice(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := out.(*Slice)
+	if full := kept.Full(); !apiequality.Semantic.DeepEqual(full.Spec, s.Spec) {
+		t.Fatal("Full() is not the slice as published")
+	}
+	if len(kept.own) != 6 {
+		t.Errorf("%d attributes kept apart, want uuid and firmware of 3 devices", len(kept.own))
+	}
+	for i := range s.Spec.Devices {
+		if _, ok := kept.Spec.Devices[i].Attributes["blob"]; !ok {
+			t.Errorf("device %d: the long attribute left its map", i)
+		}
+		if a, ok := kept.Attribute(i, "firmware"); !ok || a.VersionValue == nil || *a.VersionValue != fmt.Sprintf("1.%d.0", i) {
+			t.Errorf("device %d: firmware %+v", i, a)
+		}
 	}
 }

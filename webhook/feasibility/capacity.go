@@ -53,7 +53,7 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 			continue
 		}
 		selected++
-		caps := s.devices[d].published().Capacity
+		caps := s.dev(d).published().Capacity
 		fits := true
 		for _, n := range names {
 			c, ok := caps[resourceapi.QualifiedName(n)]

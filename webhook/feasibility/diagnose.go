@@ -136,8 +136,9 @@ type diagnoser struct {
 	fl        *fleet.Fleet
 	namespace string
 	spec      *resourceapi.ResourceClaimSpec
-	// devices are the fleet's devices by snapshot index (nil for a device the fleet lacks).
-	devices []*fleet.Device
+	// devices are the fleet's devices by snapshot index (none for a device the fleet lacks: a
+	// free one, when the fleet has only its busy pools).
+	devices map[int]*fleet.Device
 	// features are what the allocator runs with.
 	features structured.Features
 }
@@ -174,7 +175,7 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 	// Devices held by others hide what would stop the claim once they are free: ask again with
 	// every device free, and add what the claim itself cannot do (its constraints, requests that
 	// only fit one by one), so nobody waits for nothing.
-	free, err := newDiagnoser(ctx, v, s, namespace, spec, fleet.Build(fleet.Input{Slices: fl.Slices})).run(ctx)
+	free, err := newDiagnoser(ctx, v, s, namespace, spec, fleet.Build(fleet.Input{Slices: fl.Slices, BusyPoolsOnly: true})).run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -188,9 +189,31 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 }
 
 func newDiagnoser(ctx context.Context, v *View, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *fleet.Fleet) *diagnoser {
-	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make([]*fleet.Device, len(s.devices)), features: v.featuresFor(ctx, s)}
-	for i := range s.devices {
-		d.devices[i] = fl.Device(s.devices[i].id())
+	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make(map[int]*fleet.Device, len(fl.Devices)), features: v.featuresFor(ctx, s)}
+	// A fleet of busy pools is small and the view large: look each fleet device up among its
+	// node's devices, and only those local to no known node among all.
+	var elsewhere map[structured.DeviceID]*fleet.Device
+	for _, dev := range fl.Devices {
+		n, ok := s.nodeIndex[dev.Node]
+		if !ok {
+			if elsewhere == nil {
+				elsewhere = map[structured.DeviceID]*fleet.Device{}
+			}
+			elsewhere[dev.ID()] = dev
+			continue
+		}
+		for _, di := range s.nodeDevices[n] {
+			if s.dev(di).is(dev.Driver, dev.Pool, dev.Name) {
+				d.devices[di] = dev
+			}
+		}
+	}
+	if len(elsewhere) > 0 {
+		for i := range s.devices {
+			if dev := elsewhere[s.dev(i).id()]; dev != nil {
+				d.devices[i] = dev
+			}
+		}
 	}
 	return d
 }

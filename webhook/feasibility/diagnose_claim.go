@@ -8,6 +8,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/internal/fleet"
 )
 
 // judgeClaim runs the scheduler's allocator, with the current allocations, on the nodes where
@@ -188,7 +190,7 @@ func (d *diagnoser) valueGroups(sub []*judged, union []bool, n int, domain, name
 		if !m || !d.availableOn(sub, di, n) {
 			continue
 		}
-		if v, ok := attributeValue(&d.s.devices[di], domain, name); ok {
+		if v, ok := attributeValue(d.s.dev(di), domain, name); ok {
 			values[v]++
 		}
 	}
@@ -230,7 +232,8 @@ func (d *diagnoser) firstFit(ctx context.Context, candidates []int, spec *resour
 func (d *diagnoser) useKey(di int) string {
 	dev := d.devices[di]
 	if dev == nil {
-		return ""
+		// Not in a fleet of busy pools: as free as a free device.
+		return string(fleet.StateFree)
 	}
 	var b strings.Builder
 	b.WriteString(string(dev.State))
@@ -382,7 +385,7 @@ func (d *diagnoser) sharedAttributes(sub []*judged, n int, need int64, skip stri
 		if !m || !d.availableOn(sub, di, n) {
 			continue
 		}
-		dev := &d.s.devices[di]
+		dev := d.s.dev(di)
 		dev.slice.RangeAttributes(int(dev.index), func(qn resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
 			full := string(qn)
 			if !strings.Contains(full, "/") {

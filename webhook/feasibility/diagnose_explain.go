@@ -141,9 +141,9 @@ func (d *diagnoser) values(dm *deviceMatches, ref celcheck.Ref) []valueCount {
 		var v string
 		var ok bool
 		if ref.Capacity {
-			v, ok = capacityValue(&d.s.devices[i], ref.Domain, ref.Name)
+			v, ok = capacityValue(d.s.dev(i), ref.Domain, ref.Name)
 		} else {
-			v, ok = attributeValue(&d.s.devices[i], ref.Domain, ref.Name)
+			v, ok = attributeValue(d.s.dev(i), ref.Domain, ref.Name)
 		}
 		if ok {
 			counts[v]++

@@ -179,7 +179,7 @@ func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs [
 	p := s.projectionFor(refs, opaque)
 	for _, key := range p.order {
 		members := p.groups[key]
-		if !v.matchesGroup(ctx, exprKey+key, exprs, &s.devices[members[0]]) {
+		if !v.matchesGroup(ctx, exprKey+key, exprs, s.dev(members[0])) {
 			continue
 		}
 		for _, d := range members {
@@ -211,7 +211,7 @@ func dedupRefs(refs []celcheck.Ref) []celcheck.Ref {
 }
 
 // matchesGroup evaluates the selectors once for a group of devices whose read values are equal.
-func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d *device) bool {
+func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d devRef) bool {
 	v.matchMu.RLock()
 	ok, found := v.matches[key]
 	v.matchMu.RUnlock()
@@ -308,7 +308,7 @@ func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts
 		if !any {
 			continue
 		}
-		dev := &s.devices[d]
+		dev := s.dev(d)
 		for _, c := range spec.Devices.Constraints {
 			if c.MatchAttribute == nil {
 				continue
@@ -359,7 +359,7 @@ func (v *View) allocateWith(ctx context.Context, s *snapshot, n int, namespace s
 		ObjectMeta: metav1.ObjectMeta{Name: "admission-check", Namespace: namespace, UID: "admission-check"},
 		Spec:       *spec,
 	}
-	result, err := alloc.Allocate(ctx, s.nodes[n], []*resourceapi.ResourceClaim{claim})
+	result, err := alloc.Allocate(ctx, s.nodes[n].Full(), []*resourceapi.ResourceClaim{claim})
 	if err != nil {
 		return false, fmt.Errorf("node %s: %w", s.nodes[n].Name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/lru"
 
@@ -78,12 +79,14 @@ func (v *View) heldState(s *snapshot) (*heldState, error) {
 	}
 	// The held check reads of the fleet each device's use, capacity, counters and taints, never
 	// its attributes (the allocator runs on fullSlices): the slices as kept serve, without
-	// building an attribute map for every device of the cluster.
+	// building an attribute map for every device of the cluster. Only the busy pools' devices
+	// are kept: a free one is no obstacle.
 	kept := make([]*resourceapi.ResourceSlice, len(s.slices))
 	for i, sl := range s.slices {
-		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: sl.ObjectMeta, Spec: sl.Spec}
+		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
 	}
-	st := &heldState{snapshot: s, claims: gen, fleet: fleet.Build(fleet.Input{Slices: kept, Claims: claims}), answers: lru.New(heldCacheSize)}
+	fl := fleet.Build(fleet.Input{Slices: kept, Claims: claims, BusyPoolsOnly: true})
+	st := &heldState{snapshot: s, claims: gen, fleet: fl, answers: lru.New(heldCacheSize)}
 	v.held = st
 	return st, nil
 }

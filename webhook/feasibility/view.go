@@ -180,24 +180,41 @@ func (v *View) DeviceClass(name string) (*resourceapi.DeviceClass, error) {
 	return s.classes[name], nil
 }
 
-// device is one published device: the entry index of slice, which is the snapshot's slices[in].
-// Kept small: a fleet has tens of thousands.
+// device is one published device: entry index of the snapshot's slices[in]. Kept small and
+// without pointers (a fleet has tens of thousands, which the collector then need not scan); dev
+// gives the device with its slice.
 type device struct {
-	slice *published.Slice
 	index int32
 	in    int32
 	// taint indexes snapshot.taints.
 	taint int32
 }
 
-func (d *device) published() *resourceapi.Device { return &d.slice.Spec.Devices[d.index] }
+// devRef is device i of a snapshot, with its slice.
+type devRef struct {
+	slice *published.Slice
+	index int32
+}
 
-func (d *device) id() structured.DeviceID {
+// dev returns device i.
+func (s *snapshot) dev(i int) devRef {
+	d := &s.devices[i]
+	return devRef{slice: s.slices[d.in], index: d.index}
+}
+
+func (d devRef) published() *resourceapi.Device { return &d.slice.Spec.Devices[d.index] }
+
+func (d devRef) id() structured.DeviceID {
 	return structured.MakeDeviceID(d.slice.Spec.Driver, d.slice.Spec.Pool.Name, d.published().Name)
 }
 
+// is: d is the device driver/pool/name.
+func (d devRef) is(driver, pool, name string) bool {
+	return d.published().Name == name && d.slice.Spec.Pool.Name == pool && d.slice.Spec.Driver == driver
+}
+
 // celInput is what the CEL selectors see of d.
-func (d *device) celInput() dracel.Device {
+func (d devRef) celInput() dracel.Device {
 	p := d.published()
 	return dracel.Device{Driver: d.slice.Spec.Driver, AllowMultipleAllocations: p.AllowMultipleAllocations, Attributes: d.slice.Attributes(int(d.index)), Capacity: p.Capacity}
 }
@@ -207,7 +224,7 @@ type snapshot struct {
 	// slices are the published slices as listed.
 	slices    []*published.Slice
 	classes   map[string]*resourceapi.DeviceClass
-	nodes     []*v1.Node // sorted by name
+	nodes     []*published.Node // sorted by name
 	nodeIndex map[string]int
 	// nodeSlices are the slices each node sees: its own plus those shared with it.
 	nodeSlices [][]*published.Slice
@@ -272,16 +289,22 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list published objects: %w", err)
 	}
-	slices, classes, nodes := objs.Compact, objs.Classes, objs.Nodes
-	if slices == nil {
-		slices = published.Compact(published.NewInterner(), objs.Slices)
+	slices, classes, nodes := objs.CompactSlices, objs.Classes, objs.CompactNodes
+	if slices == nil || nodes == nil {
+		in := published.NewInterner()
+		if slices == nil {
+			slices = published.Compact(in, objs.Slices)
+		}
+		if nodes == nil {
+			nodes = published.CompactNodes(in, objs.Nodes)
+		}
 	}
 	s := &snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, sharedDrivers: map[string]bool{},
 		projections: map[string]*projection{}, verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
 	for _, c := range classes {
 		s.classes[c.Name] = c
 	}
-	addNode := func(n *v1.Node) {
+	addNode := func(n *published.Node) {
 		if _, ok := s.nodeIndex[n.Name]; !ok {
 			s.nodeIndex[n.Name] = -1
 			s.nodes = append(s.nodes, n)
@@ -293,7 +316,7 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 	// A slice may name a node the cache has not seen (offline inventories list no nodes).
 	for _, sl := range slices {
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
-			addNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: *sl.Spec.NodeName}})
+			addNode(&published.Node{ObjectMeta: metav1.ObjectMeta{Name: *sl.Spec.NodeName}})
 		}
 	}
 	sort.Slice(s.nodes, func(i, j int) bool { return s.nodes[i].Name < s.nodes[j].Name })
@@ -306,6 +329,7 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 	taintIndex := map[string]int32{"": 0}
 	s.nodeDevices = make([][]int, len(s.nodes))
 
+	var fullNodes []*v1.Node
 	poolSlices := map[string]int{}
 	poolWant := map[string]int64{}
 	for si, sl := range slices {
@@ -317,7 +341,15 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
 			users = []int{s.nodeIndex[*sl.Spec.NodeName]}
 		} else {
-			for i, n := range s.nodes {
+			if fullNodes == nil {
+				// As the allocator reads them, for this build only: kept, they would be the
+				// kilobyte a node that published.Node saves.
+				fullNodes = make([]*v1.Node, len(s.nodes))
+				for i, n := range s.nodes {
+					fullNodes[i] = n.Full()
+				}
+			}
+			for i, n := range fullNodes {
 				ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
 				if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
 					users = append(users, i)
@@ -345,7 +377,7 @@ func (v *View) build(gen uint64) (*snapshot, error) {
 				taintIndex[taintKey(d.Taints)] = taint
 				s.taints = append(s.taints, taintKey(d.Taints))
 			}
-			s.devices = append(s.devices, device{slice: sl, index: int32(i), in: int32(si), taint: taint})
+			s.devices = append(s.devices, device{index: int32(i), in: int32(si), taint: taint})
 			for _, u := range users {
 				s.nodeDevices[u] = append(s.nodeDevices[u], idx)
 			}
@@ -389,7 +421,7 @@ func taintKey(taints []resourceapi.DeviceTaint) string {
 
 // attributeValue finds a device attribute by domain and name the way the CEL environment does:
 // names without a domain belong to the device's driver.
-func attributeValue(d *device, domain, name string) (string, bool) {
+func attributeValue(d devRef, domain, name string) (string, bool) {
 	if domain == d.slice.Spec.Driver {
 		if a, ok := d.slice.Attribute(int(d.index), resourceapi.QualifiedName(name)); ok {
 			return attrString(a), true
@@ -401,7 +433,7 @@ func attributeValue(d *device, domain, name string) (string, bool) {
 	return "", false
 }
 
-func capacityValue(d *device, domain, name string) (string, bool) {
+func capacityValue(d devRef, domain, name string) (string, bool) {
 	caps := d.published().Capacity
 	if domain == d.slice.Spec.Driver {
 		if c, ok := caps[resourceapi.QualifiedName(name)]; ok {
@@ -429,7 +461,7 @@ func attrString(a resourceapi.DeviceAttribute) string {
 }
 
 // fullKey identifies every value of a device a selector could read.
-func fullKey(d *device) string {
+func fullKey(d devRef) string {
 	var b strings.Builder
 	b.WriteString(d.slice.Spec.Driver)
 	p := d.published()
@@ -475,7 +507,7 @@ func (s *snapshot) projectionFor(refs []celcheck.Ref, opaque bool) *projection {
 	p := &projection{keys: make([]string, len(s.devices)), groups: map[string][]int{}}
 	var b strings.Builder
 	for i := range s.devices {
-		d := &s.devices[i]
+		d := s.dev(i)
 		var k string
 		if opaque {
 			k = fullKey(d)
