@@ -1,7 +1,6 @@
 package scale
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,16 +92,36 @@ func TestGroupsSpread(t *testing.T) {
 }
 
 func TestMedian(t *testing.T) {
-	round := func(p99 time.Duration) *result {
-		r := &result{}
+	mk := func(p99 time.Duration, steal float64) *result {
+		r := &result{Steal: steal}
 		for range 100 {
 			r.Lat = append(r.Lat, p99)
 		}
 		return r
 	}
-	rs := []*result{round(9 * time.Millisecond), round(2 * time.Millisecond), round(3 * time.Millisecond)}
-	m := median(rs)
-	if m != rs[2] || !slices.Equal(m.Rounds, []time.Duration{9 * time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}) {
-		t.Errorf("median p99 %s, rounds %v; want the 3 ms round and every round in order", m.P99(), m.Rounds)
+	for _, tc := range []struct {
+		name   string
+		rounds []*result
+		want   int // index of the median round
+		quiet  int
+	}{
+		{"all quiet", []*result{mk(9*time.Millisecond, 0), mk(2*time.Millisecond, 1), mk(3*time.Millisecond, 2)}, 2, 3},
+		{"noisy rounds left out", []*result{mk(1*time.Millisecond, 20), mk(9*time.Millisecond, 0), mk(8*time.Millisecond, 30), mk(2*time.Millisecond, 1), mk(3*time.Millisecond, 2)}, 4, 3},
+		{"too few quiet: all count", []*result{mk(1*time.Millisecond, 20), mk(9*time.Millisecond, 0), mk(5*time.Millisecond, 30)}, 2, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := median(tc.rounds)
+			if m != tc.rounds[tc.want] || m.Quiet != tc.quiet || len(m.Rounds) != len(tc.rounds) {
+				t.Errorf("median p99 %s of %d (rounds %v); want round %d of %d", m.P99(), m.Quiet, m.Rounds, tc.want, tc.quiet)
+			}
+			for i, r := range m.Rounds {
+				if r.P99 != tc.rounds[i].P99() || r.Steal != tc.rounds[i].Steal {
+					t.Errorf("round %d: %+v", i, r)
+				}
+			}
+		})
+	}
+	if enoughQuiet([]*result{mk(1, 0), mk(1, 5), mk(1, 2)}) || !enoughQuiet([]*result{mk(1, 0), mk(1, 5), mk(1, 2), mk(1, 2.9)}) {
+		t.Error("enoughQuiet: three rounds under 3 % steal")
 	}
 }
