@@ -23,6 +23,7 @@ if cluster_running; then
   die "a local cluster is already running; 'make scale' starts its own control plane: 'make cluster-down' first"
 fi
 "$HERE/build-tools.sh" kwok
+baseline_assets=$("$HERE/envtest-assets.sh")
 kwok_stages=$(cd "$CACHE/tools-build/kwok-$KWOK_VERSION" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 trap '"$HERE/down.sh"' EXIT
 MODE=controlplane "$HERE/up.sh"
@@ -30,7 +31,7 @@ mkdir -p _output/scale
 step "fleet scale on Kubernetes v$K8S_VERSION: nodes $nodes (log: _output/scale/scale.log)"
 go build -o _output/bin/scale ./e2e/cmd/scale
 _output/bin/scale --kubeconfig "$KUBECONFIG_PATH" --chart-render "$render" \
-  --kwok "$(tools_bin_dir)/kwok" --kwok-stages "$kwok_stages" \
+  --kwok "$(tools_bin_dir)/kwok" --kwok-stages "$kwok_stages" --baseline-assets "$baseline_assets" \
   --nodes "$nodes" --sched-nodes "$sched_nodes" --sched-pods "${SCALE_SCHED_PODS:-1000}" \
   --rate "${SCALE_RATE:-200}" --high-rate "${SCALE_HIGH_RATE:-1000}" --duration "${SCALE_DURATION:-10s}" \
   --webhook-gogc "${SCALE_GOGC:-100}" --webhook-gomemlimit "${SCALE_GOMEMLIMIT:-off}" \

@@ -1,7 +1,6 @@
 package scale
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -46,16 +45,19 @@ type result struct {
 	// Busy is the share of the machine's CPU time any process ran while the load ran (the
 	// webhook, the load driver, the control plane).
 	Busy float64
-	// Rounds are every round of a repeated load, of which this is the median (see median).
-	Rounds []round
-	// Quiet is how many of them the median was taken over: those with little steal.
-	Quiet int
 }
 
-// round is one round of a repeated load.
-type round struct {
-	P99   time.Duration
-	Steal float64
+// merge adds o's requests to r (whose latencies then need sorting).
+func (r *result) merge(o *result) {
+	r.Sent += o.Sent
+	r.Skipped += o.Skipped
+	r.Failed += o.Failed
+	r.Timeouts += o.Timeouts
+	r.Warned += o.Warned
+	r.Lat = append(r.Lat, o.Lat...)
+	if r.FirstErr == "" {
+		r.FirstErr = o.FirstErr
+	}
 }
 
 func (r *result) percentile(p float64) time.Duration {
@@ -73,13 +75,6 @@ func (r *result) String() string {
 	s := fmt.Sprintf("%s at %d/s: sent %d, p50 %s, p99 %s, max %s, warned %d, failed %d (webhook not answering %d), skipped %d",
 		r.Name, r.Rate, r.Sent, ms(r.P50()), ms(r.P99()), ms(r.percentile(1)), r.Warned, r.Failed, r.Timeouts, r.Skipped)
 	s += fmt.Sprintf(", host steal %.0f%%, machine busy %.0f%%, webhook CPU %s per request", r.Steal, r.Busy, us(r.CPU))
-	if len(r.Rounds) > 1 {
-		p := make([]string, len(r.Rounds))
-		for i, d := range r.Rounds {
-			p[i] = fmt.Sprintf("%s steal %.0f%%", ms(d.P99), d.Steal)
-		}
-		s += fmt.Sprintf(" (median by p99 of %d rounds with steal under %.0f%% of %d: %s)", r.Quiet, quietSteal, len(r.Rounds), strings.Join(p, ", "))
-	}
 	if r.FirstErr != "" {
 		s += ", first error: " + r.FirstErr
 	}
@@ -87,46 +82,6 @@ func (r *result) String() string {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
-
-// A repeated load runs until quietRounds rounds had host steal under quietSteal percent, at most
-// maxRounds rounds: a VM whose host takes a fifth of its CPU for a few seconds moves a p99 of
-// 10,000 requests more than anything measured here.
-const (
-	quietRounds = 3
-	maxRounds   = 8
-	quietSteal  = 3.0
-)
-
-// enoughQuiet: rs has quietRounds rounds with steal under quietSteal.
-func enoughQuiet(rs []*result) bool {
-	n := 0
-	for _, r := range rs {
-		if r.Steal < quietSteal {
-			n++
-		}
-	}
-	return n >= quietRounds
-}
-
-// median returns the result with the median p99 of rs's quiet rounds (of all when fewer than
-// quietRounds were quiet), with Rounds set to every round in order and Quiet to how many counted.
-func median(rs []*result) *result {
-	rounds := make([]round, len(rs))
-	var quiet []*result
-	for i, r := range rs {
-		rounds[i] = round{P99: r.P99(), Steal: r.Steal}
-		if r.Steal < quietSteal {
-			quiet = append(quiet, r)
-		}
-	}
-	if len(quiet) < quietRounds {
-		quiet = slices.Clone(rs)
-	}
-	slices.SortFunc(quiet, func(a, b *result) int { return cmp.Compare(a.P99(), b.P99()) })
-	m := quiet[len(quiet)/2]
-	m.Rounds, m.Quiet = rounds, len(quiet)
-	return m
-}
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 

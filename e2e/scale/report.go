@@ -18,8 +18,8 @@ type phase struct {
 	// before and after this phase's loads.
 	Fresh, Mem, MemAfter memory
 	Template, Pod        *result
-	PodDirect            *result
-	High                 *result
+	// PodDirect and High are the loads straight to the webhook, against the baseline's.
+	PodDirect, High *comparison
 	Status               time.Duration
 	Sched                *schedResult
 }
@@ -36,15 +36,15 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nFleet scale: %s; webhook GOGC=%s, GOMEMLIMIT=%s; %d GPUs per node; controller-manager and scheduler %s during the direct loads\n\n",
 		machine(), r.o.GOGC, r.o.GOMemLimit, nodegroupsCount(r.o.NodeGroups), paused)
-	fmt.Fprintf(w, "| nodes | webhook RSS, started with the fleet (anonymous) | live heap | RSS of the webhook under load, before this phase's loads | templates through the API server, %d/s: p50 / p99 | pods through the API server, %d/s: p50 / p99 | pod reviews straight to the webhook, %d/s: p50 / p99 (webhook CPU per review, host steal, machine busy; rounds with steal under 3 %% counted) | template reviews straight to the webhook, %d/s: p50 / p99 (the same) | `kubectl dra status` |\n", r.o.Rate, r.o.Rate, r.o.Rate, r.o.HighRate)
+	fmt.Fprintf(w, "| nodes | webhook RSS, started with the fleet (anonymous) | live heap | RSS of the webhook under load, before this phase's loads | templates through the API server, %d/s: p50 / p99 | pods through the API server, %d/s: p50 / p99 | pod reviews straight to the webhook, %d/s: p50 / p99 (webhook CPU per review, host steal, machine busy); the 1-node baseline webhook's p99 in the same round, interleaved: p99 ratio | template reviews straight to the webhook, %d/s: the same | `kubectl dra status` |\n", r.o.Rate, r.o.Rate, r.o.Rate, r.o.HighRate)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, p := range r.phases {
 		high := "—"
 		if p.High != nil {
-			high = latencies(p.High) + cost(p.High)
+			high = direct(p.High)
 		}
 		fmt.Fprintf(w, "| %d | %.1f MiB (%.1f MiB) | %.1f MiB | %.1f MiB | %s | %s | %s | %s | %.2f s |\n", p.Nodes, mib(p.Fresh.RSS), mib(p.Fresh.Anon), mib(p.Fresh.Live), mib(p.Mem.RSS),
-			latencies(p.Template), latencies(p.Pod), latencies(p.PodDirect)+cost(p.PodDirect), high, p.Status.Seconds())
+			latencies(p.Template), latencies(p.Pod), direct(p.PodDirect), high, p.Status.Seconds())
 	}
 	fmt.Fprintln(w)
 	for _, p := range r.phases {
@@ -60,21 +60,23 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	for _, p := range r.phases {
-		for _, res := range []*result{p.Template, p.Pod, p.PodDirect, p.High} {
-			if res != nil {
-				fmt.Fprintf(w, "%d nodes: %s\n", p.Nodes, res)
+		for _, res := range []*result{p.Template, p.Pod} {
+			fmt.Fprintf(w, "%d nodes: %s\n", p.Nodes, res)
+		}
+		for _, c := range []*comparison{p.PodDirect, p.High} {
+			if c != nil {
+				fmt.Fprintf(w, "%d nodes: %s: %s\n", p.Nodes, c.Fleet, c)
 			}
 		}
 	}
 }
 
-// cost is a direct load's CPU per review and the host's steal while it ran.
-func cost(r *result) string {
-	rounds := ""
-	if len(r.Rounds) > 1 {
-		rounds = fmt.Sprintf(", median of %d of %d rounds", r.Quiet, len(r.Rounds))
-	}
-	return fmt.Sprintf(" (%s, steal %.0f%%, busy %.0f%%%s)", us(r.CPU), r.Steal, r.Busy, rounds)
+// direct is a load straight to the webhook: p50 / p99, its CPU per review and the host's steal,
+// and its p99 against the baseline webhook's in the same round.
+func direct(c *comparison) string {
+	r := c.Fleet
+	return fmt.Sprintf("%s (%s, steal %.0f%%, busy %.0f%%); baseline %s: ×%.2f, median of %d of %d rounds",
+		latencies(r), us(r.CPU), r.Steal, r.Busy, ms(c.Base.P99()), c.Ratio, c.Quiet, len(c.Pairs))
 }
 
 func latencies(r *result) string {

@@ -37,6 +37,9 @@ type Options struct {
 	KubectlDra  string // kubectl-dra binary
 	Kwok        string // kwok binary; empty skips the scheduling phase
 	KwokStages  string // the sigs.k8s.io/kwok module directory, whose stages kwok runs
+	// BaselineAssets holds etcd and kube-apiserver (KUBEBUILDER_ASSETS) of the cluster's release,
+	// for the baseline webhook's control plane.
+	BaselineAssets string
 	WorkDir     string
 	// GOGC and GOMemLimit of the webhook processes: by default GOGC=100 and no limit, so that
 	// the RSS measured is what the process takes; the chart runs it with GOGC=400 and its
@@ -87,6 +90,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GOMemLimit != "off" && !memLimit.MatchString(o.GOMemLimit) {
 		errs = append(errs, fmt.Errorf("--webhook-gomemlimit=%q: want off or a size as Go reads GOMEMLIMIT, e.g. 128MiB", o.GOMemLimit))
+	}
+	if o.BaselineAssets == "" {
+		errs = append(errs, errors.New("--baseline-assets: want the directory of etcd and kube-apiserver for the baseline webhook's control plane (e2e/cluster/envtest-assets.sh)"))
 	}
 	if o.Workers < 1 || o.Workers > 256 {
 		errs = append(errs, fmt.Errorf("--workers=%d: want 1..256", o.Workers))
@@ -144,6 +150,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	driver := ch.classes[0].Name
+	base, err := startBaseline(ctx, o, ch, groups, driver)
+	if err != nil {
+		return err
+	}
+	defer base.stop()
 	inv := &inventory{cs: cs, groups: groups, driver: driver, workers: o.Workers}
 	if o.Kwok != "" && o.SchedPods > 0 {
 		inv.kwokNodes = o.SchedNodes
@@ -189,6 +200,26 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			logger.Info("Phase", "nodes", n, "result", r.String())
 			return r
 		}
+		// A round of a load straight to the webhooks: the fleet's and the baseline's in turns of
+		// a second, so that both see the same host.
+		paired := func(name string, rate, count int, op, baseOp func(context.Context, int) error) pair {
+			drive(ctx, name, rate, rate, op)
+			drive(ctx, name, rate, rate, baseOp)
+			beforeF, errF := sampleCPU(w.cmd.Process.Pid)
+			beforeB, errB := sampleCPU(base.w.cmd.Process.Pid)
+			p := interleaved(ctx, name, rate, count, op, baseOp)
+			afterF, errF2 := sampleCPU(w.cmd.Process.Pid)
+			afterB, errB2 := sampleCPU(base.w.cmd.Process.Pid)
+			if errors.Join(errF, errB, errF2, errB2) == nil {
+				for _, r := range []*result{p.fleet, p.base} {
+					r.Steal, r.Busy = stealPercent(beforeF, afterF), busyPercent(beforeF, afterF)
+				}
+				p.fleet.CPU, p.base.CPU = cpuPer(beforeF, afterF, p.fleet.Sent), cpuPer(beforeB, afterB, p.base.Sent)
+			}
+			logger.Info("Phase", "nodes", n, "result", p.fleet.String())
+			logger.Info("Phase", "nodes", 1, "result", p.base.String())
+			return p
+		}
 		ph.Template = measure("template validation", o.Rate, count, l.template)
 		ph.Pod = measure("pod mutation", o.Rate, count, l.dryRunPod)
 		func() {
@@ -196,18 +227,20 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 				defer pauseControllers(logger)()
 			}
 			// A p99 is the slowest hundredth: a few seconds of a busy host move it. The loads
-			// straight to the webhook, which the latency targets are about, run in rounds until
-			// three were quiet, and their median counts.
-			repeated := func(name string, rate, count int, op func(context.Context, int) error) *result {
-				var rounds []*result
-				for len(rounds) < maxRounds && !enoughQuiet(rounds) {
-					rounds = append(rounds, measure(name, rate, count, op))
+			// straight to the webhook, which the latency targets are about, run in rounds that
+			// interleave the same load on the baseline webhook, until three rounds were quiet.
+			repeated := func(name string, rate, count int, op, baseOp func(context.Context, int) error) *comparison {
+				var pairs []pair
+				for len(pairs) < maxRounds && !enoughQuiet(pairs) {
+					pairs = append(pairs, paired(name, rate, count, op, baseOp))
 				}
-				return median(rounds)
+				c := compare(pairs)
+				logger.Info("Phase", "nodes", n, "load", name, "comparison", c.String())
+				return c
 			}
-			ph.PodDirect = repeated("pod reviews to the webhook", o.Rate, count, pods.review)
+			ph.PodDirect = repeated("pod reviews to the webhook", o.Rate, count, pods.review, base.pods.review)
 			if o.HighRate > 0 {
-				ph.High = repeated("template reviews to the webhook", o.HighRate, int(o.Duration.Seconds()*float64(o.HighRate)), templates.review)
+				ph.High = repeated("template reviews to the webhook", o.HighRate, int(o.Duration.Seconds()*float64(o.HighRate)), templates.review, base.templates.review)
 			}
 		}()
 		if ph.Status, err = timeStatus(ctx, o.KubectlDra, o.Kubeconfig); err != nil {

@@ -1,13 +1,16 @@
 package scale
 
 import (
+	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 func TestValidate(t *testing.T) {
-	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok", GOMemLimit: "128MiB"}
+	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok", GOMemLimit: "128MiB", BaselineAssets: "assets"}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid options refused: %v", err)
 	}
@@ -29,6 +32,7 @@ func TestValidate(t *testing.T) {
 		{"too many pods", func(o *Options) { o.SchedPods = maxPods + 1 }, "--sched-pods"},
 		{"sched size not measured", func(o *Options) { o.SchedNodes = 50 }, "--sched-nodes"},
 		{"workers", func(o *Options) { o.Workers = 0 }, "--workers"},
+		{"no baseline", func(o *Options) { o.BaselineAssets = "" }, "--baseline-assets"},
 		{"memory limit unit", func(o *Options) { o.GOMemLimit = "128M" }, "--webhook-gomemlimit"},
 		{"memory limit negative", func(o *Options) { o.GOMemLimit = "-1MiB" }, "--webhook-gomemlimit"},
 		{"memory limit huge", func(o *Options) { o.GOMemLimit = strings.Repeat("9", 40) + "MiB" }, "--webhook-gomemlimit"},
@@ -91,7 +95,7 @@ func TestGroupsSpread(t *testing.T) {
 	}
 }
 
-func TestMedian(t *testing.T) {
+func TestCompare(t *testing.T) {
 	mk := func(p99 time.Duration, steal float64) *result {
 		r := &result{Steal: steal}
 		for range 100 {
@@ -99,29 +103,54 @@ func TestMedian(t *testing.T) {
 		}
 		return r
 	}
+	ms := time.Millisecond
+	p := func(fleet, base time.Duration, steal float64) pair { return pair{mk(fleet, steal), mk(base, 0)} }
 	for _, tc := range []struct {
-		name   string
-		rounds []*result
-		want   int // index of the median round
-		quiet  int
+		name  string
+		pairs []pair
+		want  int // index of the median pair
+		ratio float64
+		quiet int
 	}{
-		{"all quiet", []*result{mk(9*time.Millisecond, 0), mk(2*time.Millisecond, 1), mk(3*time.Millisecond, 2)}, 2, 3},
-		{"noisy rounds left out", []*result{mk(1*time.Millisecond, 20), mk(9*time.Millisecond, 0), mk(8*time.Millisecond, 30), mk(2*time.Millisecond, 1), mk(3*time.Millisecond, 2)}, 4, 3},
-		{"too few quiet: all count", []*result{mk(1*time.Millisecond, 20), mk(9*time.Millisecond, 0), mk(5*time.Millisecond, 30)}, 2, 3},
+		{"all quiet", []pair{p(9*ms, 3*ms, 0), p(2*ms, 2*ms, 1), p(3*ms, 2*ms, 2)}, 2, 1.5, 3},
+		{"noisy pairs left out", []pair{p(10*ms, 1*ms, 20), p(4*ms, 2*ms, 0), p(8*ms, 1*ms, 30), p(2*ms, 2*ms, 1), p(3*ms, 2*ms, 2)}, 4, 1.5, 3},
+		{"too few quiet: all count", []pair{p(10*ms, 1*ms, 20), p(4*ms, 2*ms, 0), p(3*ms, 2*ms, 30)}, 1, 2, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := median(tc.rounds)
-			if m != tc.rounds[tc.want] || m.Quiet != tc.quiet || len(m.Rounds) != len(tc.rounds) {
-				t.Errorf("median p99 %s of %d (rounds %v); want round %d of %d", m.P99(), m.Quiet, m.Rounds, tc.want, tc.quiet)
-			}
-			for i, r := range m.Rounds {
-				if r.P99 != tc.rounds[i].P99() || r.Steal != tc.rounds[i].Steal {
-					t.Errorf("round %d: %+v", i, r)
-				}
+			c := compare(tc.pairs)
+			if c.Fleet != tc.pairs[tc.want].fleet || c.Base != tc.pairs[tc.want].base || c.Ratio != tc.ratio || c.Quiet != tc.quiet || len(c.Pairs) != len(tc.pairs) {
+				t.Errorf("median ratio %.2f (%s / %s) of %d; want pair %d, ratio %.2f of %d", c.Ratio, c.Fleet.P99(), c.Base.P99(), c.Quiet, tc.want, tc.ratio, tc.quiet)
 			}
 		})
 	}
-	if enoughQuiet([]*result{mk(1, 0), mk(1, 5), mk(1, 2)}) || !enoughQuiet([]*result{mk(1, 0), mk(1, 5), mk(1, 2), mk(1, 2.9)}) {
-		t.Error("enoughQuiet: three rounds under 3 % steal")
+	if enoughQuiet([]pair{p(1, 1, 0), p(1, 1, 5), p(1, 1, 2)}) || !enoughQuiet([]pair{p(1, 1, 0), p(1, 1, 5), p(1, 1, 2), p(1, 1, 2.9)}) {
+		t.Error("enoughQuiet: three pairs under 3 % steal")
+	}
+	if r := (pair{mk(1, 0), &result{}}).ratio(); r != 0 {
+		t.Errorf("ratio without baseline latencies: %v", r)
+	}
+}
+
+// TestInterleaved: both loads get count calls, in turns of a second (rate calls), the fleet's first.
+func TestInterleaved(t *testing.T) {
+	var mu sync.Mutex
+	var order []byte
+	op := func(who byte) func(context.Context, int) error {
+		return func(context.Context, int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, who)
+			return nil
+		}
+	}
+	p := interleaved(context.Background(), "t", 40, 60, op('f'), op('b'))
+	if p.fleet.Sent != 60 || p.base.Sent != 60 || len(p.fleet.Lat) != 60 || len(p.base.Lat) != 60 {
+		t.Fatalf("sent %d / %d, latencies %d / %d; want 60 each", p.fleet.Sent, p.base.Sent, len(p.fleet.Lat), len(p.base.Lat))
+	}
+	if want := strings.Repeat("f", 40) + strings.Repeat("b", 40) + strings.Repeat("f", 20) + strings.Repeat("b", 20); string(order) != want {
+		t.Errorf("order %s, want %s", order, want)
+	}
+	if !slices.IsSorted(p.fleet.Lat) || !slices.IsSorted(p.base.Lat) {
+		t.Error("merged latencies not sorted")
 	}
 }

@@ -92,13 +92,8 @@ func readChart(path string) (*chart, error) {
 // install creates the namespace, the classes and the webhook configurations, pointed at url
 // (https://localhost:PORT) and trusting ca.
 func (c *chart) install(ctx context.Context, cs kubernetes.Interface, url string, ca []byte) error {
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", c.namespace, err)
-	}
-	for _, dc := range c.classes {
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create DeviceClass %s: %w", dc.Name, err)
-		}
+	if err := c.createClasses(ctx, cs); err != nil {
+		return err
 	}
 	point := func(cc *admissionregistrationv1.WebhookClientConfig) {
 		path := ""
@@ -119,6 +114,19 @@ func (c *chart) install(ctx context.Context, cs kubernetes.Interface, url string
 	}
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, c.mutating, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
+	}
+	return nil
+}
+
+// createClasses creates the chart's namespace and DeviceClasses.
+func (c *chart) createClasses(ctx context.Context, cs kubernetes.Interface) error {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", c.namespace, err)
+	}
+	for _, dc := range c.classes {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create DeviceClass %s: %w", dc.Name, err)
+		}
 	}
 	return nil
 }

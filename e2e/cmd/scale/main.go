@@ -31,6 +31,7 @@ func main() {
 	fs.StringVar(&o.KubectlDra, "kubectl-dra", "_output/bin/kubectl-dra", "kubectl-dra binary (empty: no status timing)")
 	fs.StringVar(&o.Kwok, "kwok", "", "kwok binary (empty: no scheduling phase)")
 	fs.StringVar(&o.KwokStages, "kwok-stages", "", "directory of the sigs.k8s.io/kwok module, whose stages kwok runs")
+	fs.StringVar(&o.BaselineAssets, "baseline-assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory of etcd and kube-apiserver of the cluster's release, for the 1-node baseline webhook's control plane")
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "certificates, logs and the report")
 	fs.StringVar(&o.GOGC, "webhook-gogc", o.GOGC, "GOGC of the webhook process")
 	fs.BoolVar(&o.PauseControllers, "pause-controllers", true, "stop the controller-manager and the scheduler (SIGSTOP) during the loads sent straight to the webhook, whose latency they would share two CPUs with")

@@ -1,0 +1,83 @@
+package scale
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A load straight to the webhooks runs in rounds, each interleaving the fleet's webhook and the
+// baseline's, until quietRounds rounds had host steal under quietSteal percent, at most maxRounds.
+const (
+	quietRounds = 3
+	maxRounds   = 8
+	quietSteal  = 3.0
+)
+
+// pair is one round of a load on the fleet's webhook and the baseline's (interleaved).
+type pair struct{ fleet, base *result }
+
+// interleaved sends count calls of op and count of baseOp at rate, a second of one, then a second
+// of the other: the host's steal comes and goes within a minute, and a p99 compared with one
+// measured a minute earlier compares the host.
+func interleaved(ctx context.Context, name string, rate, count int, op, baseOp func(context.Context, int) error) pair {
+	p := pair{fleet: &result{Name: name, Rate: rate}, base: &result{Name: name + " (baseline)", Rate: rate}}
+	for sent := 0; sent < count; sent += rate {
+		n := min(rate, count-sent)
+		p.fleet.merge(drive(ctx, name, rate, n, op))
+		p.base.merge(drive(ctx, name, rate, n, baseOp))
+	}
+	slices.Sort(p.fleet.Lat)
+	slices.Sort(p.base.Lat)
+	return p
+}
+
+func (p pair) quiet() bool { return p.fleet.Steal < quietSteal && p.base.Steal < quietSteal }
+
+func (p pair) ratio() float64 {
+	if p.base.P99() <= 0 {
+		return 0
+	}
+	return float64(p.fleet.P99()) / float64(p.base.P99())
+}
+
+// enoughQuiet: pairs has quietRounds quiet rounds.
+func enoughQuiet(pairs []pair) bool {
+	n := 0
+	for _, p := range pairs {
+		if p.quiet() {
+			n++
+		}
+	}
+	return n >= quietRounds
+}
+
+// comparison is a repeated load on both webhooks: the round with the median ratio of p99s, taken
+// over the quiet rounds (over all when fewer than quietRounds were quiet).
+type comparison struct {
+	Fleet, Base *result
+	Ratio       float64
+	Pairs       []pair
+	Quiet       int
+}
+
+func compare(pairs []pair) *comparison {
+	counted := slices.DeleteFunc(slices.Clone(pairs), func(p pair) bool { return !p.quiet() })
+	if len(counted) < quietRounds {
+		counted = slices.Clone(pairs)
+	}
+	slices.SortStableFunc(counted, func(a, b pair) int { return cmp.Compare(a.ratio(), b.ratio()) })
+	m := counted[len(counted)/2]
+	return &comparison{Fleet: m.fleet, Base: m.base, Ratio: m.ratio(), Pairs: pairs, Quiet: len(counted)}
+}
+
+// String lists every pair: p99 on the fleet's webhook / on the baseline's, and the steal of both.
+func (c *comparison) String() string {
+	p := make([]string, len(c.Pairs))
+	for i, pr := range c.Pairs {
+		p[i] = fmt.Sprintf("%s / %s (steal %.0f%%)", ms(pr.fleet.P99()), ms(pr.base.P99()), pr.fleet.Steal)
+	}
+	return fmt.Sprintf("p99 %.2f× the 1-node baseline's (median of %d of %d rounds; every round, p99 here / baseline: %s)", c.Ratio, c.Quiet, len(c.Pairs), strings.Join(p, ", "))
+}
