@@ -6,7 +6,7 @@
 #   SCALE_RATE=200 SCALE_HIGH_RATE=1000 SCALE_DURATION=10s  review rates and length of each load
 #   SCALE_SCHED_NODES=1000 SCALE_SCHED_PODS=1000  the scheduling phase (kwok nodes, real pods)
 #   SCALE_PAUSE_CONTROLLERS=true  stop the controller-manager and scheduler during the direct loads
-#   SCALE_GOGC=100 SCALE_GOMEMLIMIT=off  GOGC and GOMEMLIMIT of the webhook process (the chart's: 400, 128MiB)
+#   SCALE_GOGC=100 SCALE_GOMEMLIMIT=off  GOGC and GOMEMLIMIT of the webhook process (the chart's: 400, its memory limit: 256MiB)
 set -euo pipefail
 source "$(dirname "$0")/../e2e/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)

@@ -89,7 +89,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--sched-nodes=%d: must be one of --nodes %v", o.SchedNodes, o.Nodes))
 	}
 	if o.GOMemLimit != "off" && !memLimit.MatchString(o.GOMemLimit) {
-		errs = append(errs, fmt.Errorf("--webhook-gomemlimit=%q: want off or a size as Go reads GOMEMLIMIT, e.g. 128MiB", o.GOMemLimit))
+		errs = append(errs, fmt.Errorf("--webhook-gomemlimit=%q: want off or a size as Go reads GOMEMLIMIT, e.g. 256MiB", o.GOMemLimit))
 	}
 	if o.BaselineAssets == "" {
 		errs = append(errs, errors.New("--baseline-assets: want the directory of etcd and kube-apiserver for the baseline webhook's control plane (e2e/cluster/envtest-assets.sh)"))

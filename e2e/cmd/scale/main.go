@@ -35,7 +35,7 @@ func main() {
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "certificates, logs and the report")
 	fs.StringVar(&o.GOGC, "webhook-gogc", o.GOGC, "GOGC of the webhook process")
 	fs.BoolVar(&o.PauseControllers, "pause-controllers", true, "stop the controller-manager and the scheduler (SIGSTOP) during the loads sent straight to the webhook, whose latency they would share two CPUs with")
-	fs.StringVar(&o.GOMemLimit, "webhook-gomemlimit", o.GOMemLimit, "GOMEMLIMIT of the webhook process (the chart sets its memory limit, 128MiB)")
+	fs.StringVar(&o.GOMemLimit, "webhook-gomemlimit", o.GOMemLimit, "GOMEMLIMIT of the webhook process (the chart sets its memory limit, 256MiB by default)")
 	fs.Func("nodes", "comma-separated fleet sizes, ascending (default 1,100,1000,5000)", func(s string) error {
 		o.Nodes = nil
 		for f := range strings.SplitSeq(s, ",") {
