@@ -20,8 +20,8 @@ type phase struct {
 	Template, Pod        *result
 	// PodDirect and High are the loads straight to the webhook, against the baseline's.
 	PodDirect, High *comparison
-	Status               time.Duration
-	Sched                *schedResult
+	Status          time.Duration
+	Sched           *schedResult
 }
 
 type report struct {

@@ -40,7 +40,7 @@ type Options struct {
 	// BaselineAssets holds etcd and kube-apiserver (KUBEBUILDER_ASSETS) of the cluster's release,
 	// for the baseline webhook's control plane.
 	BaselineAssets string
-	WorkDir     string
+	WorkDir        string
 	// GOGC and GOMemLimit of the webhook processes: by default GOGC=100 and no limit, so that
 	// the RSS measured is what the process takes; the chart runs it with GOGC=400 and its
 	// memory limit.
@@ -102,7 +102,6 @@ func (o *Options) Validate() error {
 
 // memLimit is the GOMEMLIMIT syntax: bytes with an optional binary unit.
 var memLimit = regexp.MustCompile(`^[0-9]{1,19}(B|KiB|MiB|GiB|TiB)?$`)
-
 
 // loadNamespace holds the dry-run reviews and the scheduling phase's pods.
 const loadNamespace = "scale-load"
