@@ -74,6 +74,8 @@ func TestUpstreamDemos(t *testing.T) {
 		t.Fatalf("no expectations for a cluster that keeps %+v", has)
 	}
 	t.Logf("resource.k8s.io/%s; the API server keeps %+v; expecting %+v", version, has, want)
+	// A plugin pod is ready before its slice is published.
+	waitDevices(t, c, version, 8, "LATEST-GPU-MODEL")
 	devices, err := driverDevices(c, version)
 	if err != nil || len(devices) != 8 {
 		t.Fatalf("published devices %v, %v", devices, err)
