@@ -59,6 +59,9 @@ func (n *Node) Labels() map[string]string {
 	return out
 }
 
+// GetLabels is Labels, for readers of the node's metav1.Object: the embedded ObjectMeta has none.
+func (n *Node) GetLabels() map[string]string { return n.Labels() }
+
 // Full returns the node as the scheduler's allocator reads it: name and labels.
 func (n *Node) Full() *v1.Node {
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels()},

@@ -37,6 +37,10 @@ func TestNodeKept(t *testing.T) {
 				t.Errorf("%s: label %s = %q, %t; want %q", tc.from.Name, k, got, ok, v)
 			}
 		}
+		var meta metav1.Object = tc.kept
+		if !maps.Equal(meta.GetLabels(), tc.from.Labels) {
+			t.Errorf("%s: GetLabels %v, want %v", tc.from.Name, meta.GetLabels(), tc.from.Labels)
+		}
 		if _, ok := tc.kept.Label("missing"); ok {
 			t.Errorf("%s: a label it does not have", tc.from.Name)
 		}

@@ -172,8 +172,8 @@ func TransformClass(obj any) (any, error) {
 // (every device different) fills it, and then sharing would not pay anyway.
 const maxShared = 4096
 
-// Interner shares equal strings, attribute values, attribute maps, capacity maps and device lists
-// between the objects the informers cache. Safe for concurrent use; the zero value is not usable,
+// Interner shares equal strings, attribute values, attribute maps, capacity maps, device lists,
+// label maps and label key lists between the objects the informers cache. Safe for concurrent use; the zero value is not usable,
 // use NewInterner.
 type Interner struct {
 	mu sync.Mutex
