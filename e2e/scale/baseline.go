@@ -7,9 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -57,9 +54,6 @@ func startBaseline(ctx context.Context, o Options, ch *chart, groups *nodegroups
 	if err := ch.createClasses(ctx, cs); err != nil {
 		return nil, err
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: loadNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, err
-	}
 	inv := &inventory{cs: cs, groups: groups, driver: driver, workers: 1}
 	if err := inv.grow(ctx, 0, 1); err != nil {
 		return nil, err
@@ -73,10 +67,7 @@ func startBaseline(ctx context.Context, o Options, ch *chart, groups *nodegroups
 		return nil, err
 	}
 	l := &loader{cs: cs, driver: driver}
-	if b.templates, err = newReviewer(b.w, ch.path(ch.validating.Webhooks[0].ClientConfig), l.templateObjects()); err != nil {
-		return nil, err
-	}
-	if b.pods, err = newReviewer(b.w, ch.path(ch.mutating.Webhooks[0].ClientConfig), l.podObject()); err != nil {
+	if b.templates, b.pods, err = ch.reviewers(b.w, l); err != nil {
 		return nil, err
 	}
 	return b, nil

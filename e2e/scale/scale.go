@@ -17,9 +17,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -142,9 +139,6 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err := ch.install(ctx, cs, w.url(), w.ca); err != nil {
 		return err
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: loadNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
 	if err := w.waitReady(ctx, 2*time.Minute); err != nil {
 		return err
 	}
@@ -159,11 +153,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		inv.kwokNodes = o.SchedNodes
 	}
 	l := &loader{cs: cs, driver: driver}
-	templates, err := newReviewer(w, ch.path(ch.validating.Webhooks[0].ClientConfig), l.templateObjects())
-	if err != nil {
-		return err
-	}
-	pods, err := newReviewer(w, ch.path(ch.mutating.Webhooks[0].ClientConfig), l.podObject())
+	templates, pods, err := ch.reviewers(w, l)
 	if err != nil {
 		return err
 	}

@@ -118,10 +118,12 @@ func (c *chart) install(ctx context.Context, cs kubernetes.Interface, url string
 	return nil
 }
 
-// createClasses creates the chart's namespace and DeviceClasses.
+// createClasses creates the chart's namespace, its DeviceClasses and the loads' namespace.
 func (c *chart) createClasses(ctx context.Context, cs kubernetes.Interface) error {
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", c.namespace, err)
+	for _, ns := range []string{c.namespace, loadNamespace} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", ns, err)
+		}
 	}
 	for _, dc := range c.classes {
 		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
@@ -198,6 +200,17 @@ func startWebhook(ctx context.Context, c *chart, o Options, dir string) (*webhoo
 		return nil, fmt.Errorf("start %s: %w", o.Webhook, err)
 	}
 	return w, nil
+}
+
+// reviewers send template and pod AdmissionReviews straight to w.
+func (c *chart) reviewers(w *webhook, l *loader) (templates, pods *reviewer, err error) {
+	if templates, err = newReviewer(w, c.path(c.validating.Webhooks[0].ClientConfig), l.templateObjects()); err != nil {
+		return nil, nil, err
+	}
+	if pods, err = newReviewer(w, c.path(c.mutating.Webhooks[0].ClientConfig), l.podObject()); err != nil {
+		return nil, nil, err
+	}
+	return templates, pods, nil
 }
 
 // path is the path of a webhook's URL (after install) or service reference.
