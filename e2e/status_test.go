@@ -19,8 +19,8 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/cmd/kubectl-dra/app"
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
-	"github.com/gpu-dra/gpu-dra/internal/fleet"
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 // TestStatusAndWhy: `kubectl dra status` shows the seed's pod holding its GPU, and `kubectl dra
@@ -46,7 +46,7 @@ func TestStatusAndWhy(t *testing.T) {
 		c.Kubectl(t, "-n", ns, "apply", "-f", filepath.Join("testdata", "seed", "pod.yaml"))
 		pod := c.WaitForPodPhase(t, ns, "example-claim", 2*time.Minute, corev1.PodRunning)
 		claim := ns + "/" + *pod.Status.ResourceClaimStatuses[0].ResourceClaimName
-		var rep fleet.Report
+		var rep deviceusage.Report
 		if err := json.Unmarshal([]byte(kubectlDra(t, c, "status", "-o", "json")), &rep); err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestStatusAndWhy(t *testing.T) {
 		for _, n := range rep.Nodes {
 			for _, d := range n.Devices {
 				for _, a := range d.Allocations {
-					if a.Claim == claim && slices.Equal(a.Pods, []string{ns + "/example-claim"}) && d.State == fleet.StateAllocated {
+					if a.Claim == claim && slices.Equal(a.Pods, []string{ns + "/example-claim"}) && d.State == deviceusage.StateAllocated {
 						holding = append(holding, n.Name+"/"+d.Name)
 					}
 				}

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
@@ -466,9 +466,9 @@ func testPluginFaultsSource(t *testing.T, srv *testapiserver.Server) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	asPlugin := kubernetes.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", nil))
-	src := &health.ConfigMapSource{Client: asPlugin, Namespace: releaseNS, Name: "gpu-dra-faults", NodeName: "node-faults"}
-	reports := make(chan health.Faults, 10)
-	go func() { _ = src.Run(ctx, func(f health.Faults) { reports <- f }) }()
+	src := &faults.ConfigMapSource{Client: asPlugin, Namespace: releaseNS, Name: "gpu-dra-faults", NodeName: "node-faults"}
+	reports := make(chan faults.Faults, 10)
+	go func() { _ = src.Run(ctx, func(f faults.Faults) { reports <- f }) }()
 	select {
 	case f := <-reports:
 		if len(f) != 0 {
@@ -488,7 +488,7 @@ func testPluginFaultsSource(t *testing.T, srv *testapiserver.Server) {
 	}
 	select {
 	case f := <-reports:
-		if f["gpu-1"].Kind != health.KindXID || f["gpu-1"].Message != "XID 79" {
+		if f["gpu-1"].Kind != faults.KindXID || f["gpu-1"].Message != "XID 79" {
 			t.Errorf("report %v, want gpu-1 xid", f)
 		}
 	case <-ctx.Done():

@@ -10,7 +10,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/common"
 	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 )
 
 // readmeDenyRow is the chart README's row for webhook.deny.

@@ -27,7 +27,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 	"github.com/gpu-dra/gpu-dra/driver/devicestatus"
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/driver/liveness"
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
@@ -105,7 +105,7 @@ type instance struct {
 	stopHealth  func()
 
 	// health tracks the node's device faults; publisher adds their taints to what is published.
-	health     *health.Tracker
+	health     *faults.Tracker
 	publisher  *plugin.TaintingPublisher
 	stopFaults func()
 }

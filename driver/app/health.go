@@ -7,26 +7,26 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
 )
 
 // newHealth makes the node's fault tracker and the publisher that turns faults into taints. The
 // tracker's source is the faults ConfigMap when one is configured; without one no device ever
-// becomes faulty (a hardware backend would be another health.Source).
+// becomes faulty (a hardware backend would be another faults.Source).
 func (p *instance) newHealth() {
-	var source health.Source = noFaults{}
+	var source faults.Source = noFaults{}
 	if p.o.FaultsConfigMap != "" {
 		ns, name := splitNamespaced(p.o.FaultsConfigMap)
-		source = &health.ConfigMapSource{
+		source = &faults.ConfigMapSource{
 			Client: p.client, Namespace: ns, Name: name, NodeName: p.o.NodeName,
 			// The driver exists by the time the tracker runs (startHealth).
 			Known: func(dev string) bool { return p.driver.HasDevice(dev) },
 		}
 	}
-	p.health = health.NewTracker(source)
+	p.health = faults.NewTracker(source)
 	p.publisher = &plugin.TaintingPublisher{
-		Policy: health.TaintPolicy{DriverName: p.o.DriverName, NoExecuteKinds: p.o.noExecuteKinds()},
+		Policy: faults.TaintPolicy{DriverName: p.o.DriverName, NoExecuteKinds: p.o.noExecuteKinds()},
 		Probe: func(ctx context.Context) (string, error) {
 			return plugin.ProbeDeviceTaints(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
 		},
@@ -42,8 +42,8 @@ func (p *instance) startHealth(ctx context.Context) {
 		logger.Error(err, "Pod Events about device health disabled")
 	}
 	recorder := broadcaster.NewRecorder(scheme.Scheme, "gpu-kubelet-plugin")
-	p.updateHealthMetrics(health.Faults{})
-	p.health.OnChange(func(ctx context.Context, before, after health.Faults) {
+	p.updateHealthMetrics(faults.Faults{})
+	p.health.OnChange(func(ctx context.Context, before, after faults.Faults) {
 		if err := p.publisher.SetFaults(ctx, after); err != nil {
 			klog.FromContext(ctx).Error(err, "Re-publishing device taints failed; retried at the next change")
 		}
@@ -61,18 +61,18 @@ func (p *instance) startHealth(ctx context.Context) {
 	p.stopFaults = func() { cancel(); <-done; broadcaster.Shutdown() }
 }
 
-func (p *instance) updateHealthMetrics(faults health.Faults) {
+func (p *instance) updateHealthMetrics(current faults.Faults) {
 	byKind := map[string]int{}
-	for _, f := range faults {
+	for _, f := range current {
 		byKind[string(f.Kind)]++
 	}
-	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, health.KindNames())
+	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, faults.KindNames())
 }
 
 // noFaults is the source of a plugin without a faults ConfigMap.
 type noFaults struct{}
 
-func (noFaults) Run(ctx context.Context, _ func(health.Faults)) error {
+func (noFaults) Run(ctx context.Context, _ func(faults.Faults)) error {
 	<-ctx.Done()
 	return nil
 }

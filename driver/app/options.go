@@ -16,7 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/flagalias"
@@ -48,7 +48,7 @@ type Options struct {
 	// DeviceMetadata has the kubeletplugin library write a device metadata file (KEP-5304) per
 	// claim and request, bind-mounted into the containers through CDI.
 	DeviceMetadata bool
-	// FaultsConfigMap is the faults ConfigMap as namespace/name (health.ConfigMapSource); empty
+	// FaultsConfigMap is the faults ConfigMap as namespace/name (faults.ConfigMapSource); empty
 	// means no simulated faults.
 	FaultsConfigMap string
 	// NoExecuteFaultKinds are the fault kinds whose taint is NoExecute (others: NoSchedule).
@@ -95,7 +95,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.DeviceStatus, "device-status", o.DeviceStatus, "Record each prepared device's uuid, model, index and driverVersion in its ResourceClaim's status.devices (needs patch on resourceclaims/status).")
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Bind-mount a device metadata file per claim and request into containers (/var/run/kubernetes.io/dra-device-attributes/...), through a CDI spec in --cdi-root.")
 	fs.StringVar(&o.FaultsConfigMap, "faults-configmap", o.FaultsConfigMap, "ConfigMap (namespace/name) of simulated device faults, written by `kubectl dra fault`; its key <node name> holds this node's. Empty disables them.")
-	fs.Func("no-execute-fault-kinds", "Comma-separated fault kinds ("+strings.Join(health.KindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule.", func(s string) error {
+	fs.Func("no-execute-fault-kinds", "Comma-separated fault kinds ("+strings.Join(faults.KindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule.", func(s string) error {
 		o.NoExecuteFaultKinds = nil
 		for _, k := range strings.Split(s, ",") {
 			if k = strings.TrimSpace(k); k != "" {
@@ -123,7 +123,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--kubelet-registrar-dir and --kubelet-plugins-dir must not be empty"))
 	}
 	for _, k := range o.NoExecuteFaultKinds {
-		if _, err := health.ParseKind(k); err != nil {
+		if _, err := faults.ParseKind(k); err != nil {
 			errs = append(errs, fmt.Errorf("--no-execute-fault-kinds: %w", err))
 		}
 	}
@@ -146,10 +146,10 @@ func splitNamespaced(s string) (string, string) {
 }
 
 // noExecuteKinds are the validated NoExecuteFaultKinds.
-func (o *Options) noExecuteKinds() []health.Kind {
-	out := make([]health.Kind, 0, len(o.NoExecuteFaultKinds))
+func (o *Options) noExecuteKinds() []faults.Kind {
+	out := make([]faults.Kind, 0, len(o.NoExecuteFaultKinds))
 	for _, k := range o.NoExecuteFaultKinds {
-		out = append(out, health.Kind(k))
+		out = append(out, faults.Kind(k))
 	}
 	return out
 }

@@ -13,12 +13,12 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 )
 
-// HealthTracker is what the driver reads of the node's faults (health.Tracker implements it).
+// HealthTracker is what the driver reads of the node's faults (faults.Tracker implements it).
 type HealthTracker interface {
-	Faults() health.Faults
+	Faults() faults.Faults
 	// Subscribe returns a channel that receives after each change, and its cancel function.
 	Subscribe() (<-chan struct{}, func())
 }
@@ -61,7 +61,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 
 // healthReport covers every published device: unhealthy with the fault's kind and message since
 // its time, healthy as of now otherwise.
-func (d *Driver) healthReport(faults health.Faults, now time.Time) kubeletplugin.DeviceHealthReport {
+func (d *Driver) healthReport(faults faults.Faults, now time.Time) kubeletplugin.DeviceHealthReport {
 	d.mutex.RLock()
 	names := slices.Sorted(maps.Keys(d.attributes))
 	d.mutex.RUnlock()
@@ -76,7 +76,7 @@ func (d *Driver) healthReport(faults health.Faults, now time.Time) kubeletplugin
 	return report
 }
 
-func faultText(f health.Fault) string {
+func faultText(f faults.Fault) string {
 	if f.Message == "" {
 		return string(f.Kind)
 	}
@@ -105,7 +105,7 @@ const notifyTimeout = 30 * time.Second
 // after: Warning DeviceUnhealthy when it turned faulty (or its fault changed), Normal
 // DeviceRecovered when its fault was cleared. The pods are those the prepared claims holding the
 // device are reserved for, read from the API server.
-func (d *Driver) NotifyPods(ctx context.Context, claims ClaimGetter, recorder EventRecorder, before, after health.Faults) {
+func (d *Driver) NotifyPods(ctx context.Context, claims ClaimGetter, recorder EventRecorder, before, after faults.Faults) {
 	logger := klog.FromContext(ctx)
 	changed := map[string]bool{}
 	for dev, f := range after {

@@ -22,33 +22,33 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
 var faultTime = metav1.NewTime(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
 
-func xid(msg string) health.Fault {
-	return health.Fault{Kind: health.KindXID, Time: faultTime, Message: msg}
+func xid(msg string) faults.Fault {
+	return faults.Fault{Kind: faults.KindXID, Time: faultTime, Message: msg}
 }
 
 // fakeTracker is a HealthTracker whose faults a test sets.
 type fakeTracker struct {
 	mu     sync.Mutex
-	faults health.Faults
+	faults faults.Faults
 	ch     chan struct{}
 }
 
-func (f *fakeTracker) Faults() health.Faults {
+func (f *fakeTracker) Faults() faults.Faults {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.faults
 }
 func (f *fakeTracker) Subscribe() (<-chan struct{}, func()) { return f.ch, func() {} }
-func (f *fakeTracker) set(faults health.Faults) {
+func (f *fakeTracker) set(current faults.Faults) {
 	f.mu.Lock()
-	f.faults = faults
+	f.faults = current
 	f.mu.Unlock()
 	f.ch <- struct{}{}
 }
@@ -59,7 +59,7 @@ func TestWatchHealthStatus(t *testing.T) {
 	if err := h.driver.WatchHealthStatus(ctx, nil); !errors.Is(err, kubeletplugin.ErrHealthNotSupported) {
 		t.Fatalf("without a tracker: %v, want ErrHealthNotSupported", err)
 	}
-	tr := &fakeTracker{faults: health.Faults{}, ch: make(chan struct{}, 1)}
+	tr := &fakeTracker{faults: faults.Faults{}, ch: make(chan struct{}, 1)}
 	h.driver.health = tr
 	ctx, cancel := context.WithCancel(ctx)
 	reports := make(chan kubeletplugin.DeviceHealthReport)
@@ -75,7 +75,7 @@ func TestWatchHealthStatus(t *testing.T) {
 			t.Errorf("device %+v, want healthy in pool %s", d, testNode)
 		}
 	}
-	tr.set(health.Faults{"gpu-3": xid("XID 79")})
+	tr.set(faults.Faults{"gpu-3": xid("XID 79")})
 	second := <-reports
 	for _, d := range second.Devices {
 		want := kubeletplugin.HealthStatusHealthy
@@ -122,20 +122,20 @@ func TestNotifyPods(t *testing.T) {
 	client := fake.NewClientset(c1, c2)
 
 	r := &recorder{}
-	h.driver.NotifyPods(ctx, client.ResourceV1(), r, health.Faults{}, health.Faults{"gpu-1": xid("XID 79"), "gpu-5": xid("")})
+	h.driver.NotifyPods(ctx, client.ResourceV1(), r, faults.Faults{}, faults.Faults{"gpu-1": xid("XID 79"), "gpu-5": xid("")})
 	want := []string{"Warning DeviceUnhealthy ns/p1: gpu.example.com device node-a/gpu-1 of claim c1 is unhealthy: xid: XID 79"}
 	if !slices.Equal(r.events, want) {
 		t.Errorf("events %q, want %q", r.events, want)
 	}
 
 	r = &recorder{}
-	h.driver.NotifyPods(ctx, client.ResourceV1(), r, health.Faults{"gpu-1": xid("XID 79")}, health.Faults{"gpu-1": xid("XID 79")})
+	h.driver.NotifyPods(ctx, client.ResourceV1(), r, faults.Faults{"gpu-1": xid("XID 79")}, faults.Faults{"gpu-1": xid("XID 79")})
 	if len(r.events) != 0 {
 		t.Errorf("events %q for an unchanged fault, want none", r.events)
 	}
 
 	r = &recorder{}
-	h.driver.NotifyPods(ctx, client.ResourceV1(), r, health.Faults{"gpu-1": xid("XID 79")}, health.Faults{"gpu-2": xid("XID 48")})
+	h.driver.NotifyPods(ctx, client.ResourceV1(), r, faults.Faults{"gpu-1": xid("XID 79")}, faults.Faults{"gpu-2": xid("XID 48")})
 	slices.Sort(r.events)
 	want = []string{
 		"Normal DeviceRecovered ns/p1: gpu.example.com device node-a/gpu-1 of claim c1 is healthy again",
@@ -190,10 +190,10 @@ func TestTaintingPublisher(t *testing.T) {
 			ctx := klog.NewContext(t.Context(), logger)
 			fp := &fakePublisher{}
 			probes := 0
-			p := &TaintingPublisher{Publisher: fp, Policy: health.TaintPolicy{DriverName: testDriver, NoExecuteKinds: []health.Kind{health.KindFallenOff}},
+			p := &TaintingPublisher{Publisher: fp, Policy: faults.TaintPolicy{DriverName: testDriver, NoExecuteKinds: []faults.Kind{faults.KindFallenOff}},
 				Probe: func(ctx context.Context) (string, error) { probes++; return tc.probe(ctx) }}
-			faults := health.Faults{"gpu-1": xid(""), "gpu-2": {Kind: health.KindFallenOff, Time: faultTime}}
-			if err := p.SetFaults(ctx, faults); err != nil || len(fp.published) != 0 {
+			injected := faults.Faults{"gpu-1": xid(""), "gpu-2": {Kind: faults.KindFallenOff, Time: faultTime}}
+			if err := p.SetFaults(ctx, injected); err != nil || len(fp.published) != 0 {
 				t.Fatalf("faults before the first publish: %v, %d publishes; want none", err, len(fp.published))
 			}
 			resources, err := Resources(ctx, testNode, simulated.New(testNode, nodegroups.GroupSpec{}), CountersInOwnSlices)
@@ -210,13 +210,13 @@ func TestTaintingPublisher(t *testing.T) {
 				t.Errorf("the caller's resources were changed: %v", got)
 			}
 			// Clearing re-publishes without taints; another fault re-publishes with it.
-			if err := p.SetFaults(ctx, health.Faults{}); err != nil {
+			if err := p.SetFaults(ctx, faults.Faults{}); err != nil {
 				t.Fatal(err)
 			}
 			if got := taintsOf(fp.published[1]); len(got) != 0 {
 				t.Errorf("taints after clearing: %v", got)
 			}
-			if err := p.SetFaults(ctx, faults); err != nil {
+			if err := p.SetFaults(ctx, injected); err != nil {
 				t.Fatal(err)
 			}
 			if len(fp.published) != 3 || probes != tc.wantProbe {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/driver/health"
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 )
 
 // ProbeDeviceTaints finds out, like ProbeConsumableCapacity, whether the API server keeps a
@@ -20,7 +20,7 @@ import (
 func ProbeDeviceTaints(ctx context.Context, slices SliceCreator, driverName, nodeName string) (string, error) {
 	probe := probeSlice(driverName, nodeName, resourceapi.Device{
 		Name:   "probe",
-		Taints: []resourceapi.DeviceTaint{{Key: health.TaintKey(driverName), Value: "probe", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
+		Taints: []resourceapi.DeviceTaint{{Key: faults.TaintKey(driverName), Value: "probe", Effect: resourceapi.DeviceTaintEffectNoSchedule}},
 	})
 	got, err := slices.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
@@ -32,13 +32,13 @@ func ProbeDeviceTaints(ctx context.Context, slices SliceCreator, driverName, nod
 	return "", nil
 }
 
-// TaintingPublisher publishes the node's pool with the taint of each faulty device (health.
+// TaintingPublisher publishes the node's pool with the taint of each faulty device (faults.
 // TaintPolicy) where the API server keeps device taints, and as it is where not (said once). It
 // sits between whoever publishes the devices (start, the node-group watcher) and the kubeletplugin
 // helper, and re-publishes when the faults change.
 type TaintingPublisher struct {
 	Publisher Publisher
-	Policy    health.TaintPolicy
+	Policy    faults.TaintPolicy
 	// Probe returns why the API server does not keep device taints ("" when it does); see
 	// ProbeDeviceTaints. Its answer is kept once it has one; a failed probe is retried at the next
 	// publish, which publishes without taints meanwhile.
@@ -46,7 +46,7 @@ type TaintingPublisher struct {
 
 	mutex     sync.Mutex
 	resources *resourceslice.DriverResources
-	faults    health.Faults
+	faults    faults.Faults
 	probed    bool
 	served    bool
 }
@@ -62,7 +62,7 @@ func (p *TaintingPublisher) PublishResources(ctx context.Context, resources reso
 }
 
 // SetFaults re-publishes the last resources with the taints of faults.
-func (p *TaintingPublisher) SetFaults(ctx context.Context, faults health.Faults) error {
+func (p *TaintingPublisher) SetFaults(ctx context.Context, faults faults.Faults) error {
 	p.mutex.Lock()
 	defer p.mutex.Unlock()
 	p.faults = faults
@@ -104,13 +104,13 @@ func (p *TaintingPublisher) probe(ctx context.Context) {
 	p.probed, p.served = true, reason == ""
 	if !p.served {
 		logger.Info("Device taints are not published: faulty devices stay allocatable; their health still reaches the kubelet (where it watches), metrics and pod Events",
-			"reason", reason, "taintKey", health.TaintKey(p.Policy.DriverName))
+			"reason", reason, "taintKey", faults.TaintKey(p.Policy.DriverName))
 	}
 }
 
 // withTaints is resources with each faulty device's taint added, as copies: the caller's slices
 // are kept as published without faults.
-func withTaints(resources resourceslice.DriverResources, faults health.Faults, policy health.TaintPolicy) resourceslice.DriverResources {
+func withTaints(resources resourceslice.DriverResources, faults faults.Faults, policy faults.TaintPolicy) resourceslice.DriverResources {
 	out := resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(resources.Pools))}
 	for name, pool := range resources.Pools {
 		slices := make([]resourceslice.Slice, len(pool.Slices))

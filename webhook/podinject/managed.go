@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
-	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
 // DefaultMaxTemplatesPerNamespace bounds the managed templates of one namespace: each distinct
@@ -54,7 +54,7 @@ func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTem
 		},
 	}
 	m := &managedTemplates{
-		informer: cache.NewSharedIndexInformer(published.PlainListWatch(lw), &resourceapi.ResourceClaimTemplate{}, 0,
+		informer: cache.NewSharedIndexInformer(inventory.PlainListWatch(lw), &resourceapi.ResourceClaimTemplate{}, 0,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		max:     maxPerNamespace,
 		pending: map[string]map[string]time.Time{},

@@ -10,16 +10,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
 // cluster answers the handlers' questions about the cluster from the inventory informers and the
 // feature probes.
 type cluster struct {
-	informers *published.Informers
+	informers *inventory.Informers
 	features  *servedfeatures.Detector
 	cs        kubernetes.Interface
 	shared    sharedDevices

@@ -26,7 +26,7 @@ type node struct {
 	nics     int
 }
 
-// testCluster mirrors webhook/claimvalidation/testdata/inventory.yaml.
+// testCluster mirrors internal/analysis/claimvalidation/testdata/inventory.yaml.
 var testCluster = []node{
 	{name: "las1", gpus: 8, model: "LATEST-GPU-MODEL", memory: "80Gi", nics: 2},
 	{name: "las2", gpus: 8, model: "LATEST-GPU-MODEL", memory: "80Gi"},

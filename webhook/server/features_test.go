@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 

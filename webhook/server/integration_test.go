@@ -168,7 +168,7 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 		})
 	}
 
-	corpus, err := filepath.Glob("../claimvalidation/testdata/valid/*.yaml")
+	corpus, err := filepath.Glob("../../internal/analysis/claimvalidation/testdata/valid/*.yaml")
 	if err != nil || len(corpus) == 0 {
 		t.Fatalf("no corpus: %v", err)
 	}

@@ -13,9 +13,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/flagalias"
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 

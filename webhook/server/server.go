@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpu-dra/gpu-dra/certs"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
-	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -87,8 +87,8 @@ func Setup(mgr manager.Manager, o *Options) error {
 		}
 	}
 	var validator *claimvalidation.Validator
-	informers := published.NewInformers(cs, o.Resync, func() { validator.Invalidate() }, advertised...)
-	claims := published.NewClaims(cs, o.Resync, func() { validator.InvalidateClaims() })
+	informers := inventory.NewInformers(cs, o.Resync, func() { validator.Invalidate() }, advertised...)
+	claims := inventory.NewClaims(cs, o.Resync, func() { validator.InvalidateClaims() })
 	features := servedfeatures.New(cs, o.Namespace,
 		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
 		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),

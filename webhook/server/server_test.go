@@ -23,7 +23,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
@@ -55,12 +55,12 @@ func newestServedVersion(flags *genericclioptions.ConfigFlags) (string, error) {
 }
 
 // liveClusterState lists what the cluster publishes, bounded by clusterTimeout.
-func liveClusterState(ctx context.Context, flags *genericclioptions.ConfigFlags) (*published.Objects, error) {
+func liveClusterState(ctx context.Context, flags *genericclioptions.ConfigFlags) (*inventory.Objects, error) {
 	cs, err := clientset(flags)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
-	return published.List(ctx, cs)
+	return inventory.List(ctx, cs)
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 
-	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
@@ -79,7 +79,7 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 		})
 	}
 	run("ResourceSlices", func() (n int, err error) {
-		state.Slices, err = published.ListSlices(ctx, c.dra)
+		state.Slices, err = inventory.ListSlices(ctx, c.dra)
 		return len(state.Slices), err
 	})
 	run("ResourceClaims", func() (int, error) {
@@ -99,7 +99,7 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 	})
 	if opts.classes {
 		run("DeviceClasses", func() (n int, err error) {
-			state.Classes, err = published.ListClasses(ctx, c.dra)
+			state.Classes, err = inventory.ListClasses(ctx, c.dra)
 			return len(state.Classes), err
 		})
 	}

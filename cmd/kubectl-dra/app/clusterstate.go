@@ -10,15 +10,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
-	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 // clusterState is what status and why look at, every resource.k8s.io object converted to v1.
 type clusterState struct {
-	published.Objects
+	inventory.Objects
 	Claims     []*resourceapi.ResourceClaim
 	TaintRules []*resourceapi.DeviceTaintRule
 	// Pods and Templates come only from a --cluster-state file; against a cluster, why reads the
@@ -27,8 +27,8 @@ type clusterState struct {
 	Templates []*resourceapi.ResourceClaimTemplate
 }
 
-func (s *clusterState) fleetInput() fleet.Input {
-	return fleet.Input{Slices: s.Slices, Claims: s.Claims, TaintRules: s.TaintRules}
+func (s *clusterState) fleetInput() deviceusage.Input {
+	return deviceusage.Input{Slices: s.Slices, Claims: s.Claims, TaintRules: s.TaintRules}
 }
 
 // readClusterState decodes a --cluster-state file: ResourceSlices, DeviceClasses, ResourceClaims,
@@ -80,7 +80,7 @@ func (s *clusterState) add(raw []byte) error {
 		}
 		s.Pods = append(s.Pods, p)
 	case gvk == corev1.SchemeGroupVersion.WithKind("Node"), ours && (gvk.Kind == resourceversion.KindResourceSlice || gvk.Kind == resourceversion.KindDeviceClass):
-		objs, err := published.Read(raw)
+		objs, err := inventory.Read(raw)
 		if err != nil {
 			return err
 		}

@@ -20,9 +20,9 @@ import (
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	drahealth "github.com/gpu-dra/gpu-dra/driver/health"
+	drahealth "github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 // The chart's faults ConfigMap in a default install (helm install gpu-dra -n gpu-dra).
@@ -46,10 +46,10 @@ func newFaultCommand(streams genericiooptions.IOStreams, flags *genericclioption
 	cmd := &cobra.Command{
 		Use:   "fault set|clear NODE/DEVICE",
 		Short: "Inject or clear a simulated GPU fault",
-		Long: `Writes a simulated fault of one GPU into the chart's faults ConfigMap (health.simulatedFaults),
+		Long: `Writes a simulated fault of one GPU into the chart's faults ConfigMap (faults.simulatedFaults),
 with your credentials. The node's kubelet plugin then, within seconds: taints the device in its
 ResourceSlice (<driver>/unhealthy=<kind>, NoSchedule, or NoExecute for the chart's
-health.noExecuteKinds) where the API server keeps device taints, reports it Unhealthy to the
+faults.noExecuteKinds) where the API server keeps device taints, reports it Unhealthy to the
 kubelet (the pods' status.containerStatuses[].allocatedResourcesStatus), and puts an Event on the
 pods using it. "clear" removes the fault and with it the taint.
 
@@ -126,7 +126,7 @@ func (o *faultOptions) run(ctx context.Context, ref string, set bool) error {
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := cs.CoreV1().ConfigMaps(o.namespace).Get(ctx, o.configMap, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("ConfigMap %s/%s not found: install the chart with health.simulatedFaults=true (the default), or name the release's with -n and --configmap", o.namespace, o.configMap)
+			return fmt.Errorf("ConfigMap %s/%s not found: install the chart with faults.simulatedFaults=true (the default), or name the release's with -n and --configmap", o.namespace, o.configMap)
 		}
 		if err != nil {
 			return fmt.Errorf("read ConfigMap %s/%s: %w", o.namespace, o.configMap, err)
@@ -201,7 +201,7 @@ func (o *faultOptions) checkPublished(ctx context.Context, cs kubernetes.Interfa
 // markFaults adds the faults of the chart's ConfigMap to the fleet's devices, so that status shows
 // a fault also where the API server drops device taints. Best effort: without the ConfigMap (or
 // the right to read it) nothing is added, and a bad entry is a note.
-func markFaults(ctx context.Context, cs kubernetes.Interface, namespace, name, driver string, f *fleet.Fleet) []string {
+func markFaults(ctx context.Context, cs kubernetes.Interface, namespace, name, driver string, f *deviceusage.Fleet) []string {
 	cm, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
@@ -212,7 +212,7 @@ func markFaults(ctx context.Context, cs kubernetes.Interface, namespace, name, d
 	return applyFaults(cm, driver, f)
 }
 
-func applyFaults(cm *corev1.ConfigMap, driver string, f *fleet.Fleet) []string {
+func applyFaults(cm *corev1.ConfigMap, driver string, f *deviceusage.Fleet) []string {
 	var notes []string
 	for _, node := range slices.Sorted(maps.Keys(cm.Data)) {
 		faults, err := drahealth.ParseEntry(node, cm.Data[node], nil)

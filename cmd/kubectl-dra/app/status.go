@@ -17,7 +17,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 type statusOptions struct {
@@ -92,7 +92,7 @@ func (o *statusOptions) run(ctx context.Context) error {
 	for _, n := range notes {
 		fmt.Fprintf(o.streams.ErrOut, "kubectl dra: %s\n", n)
 	}
-	sel := fleet.Selection{Driver: o.driverName}
+	sel := deviceusage.Selection{Driver: o.driverName}
 	if o.allDrivers {
 		sel.Driver = ""
 	}
@@ -102,7 +102,7 @@ func (o *statusOptions) run(ctx context.Context) error {
 			fmt.Fprintf(o.streams.ErrOut, "kubectl dra: no node matches%s\n", o.describeSelection())
 		}
 	}
-	f := fleet.Build(state.fleetInput())
+	f := deviceusage.Build(state.fleetInput())
 	if o.clusterStateFile == "" && o.faultsConfigMap != "" {
 		for _, n := range o.markFaults(ctx, f) {
 			fmt.Fprintf(o.streams.ErrOut, "kubectl dra: %s\n", n)
@@ -190,7 +190,7 @@ func printStructured(out io.Writer, format string, v any) error {
 	return enc.Encode(v)
 }
 
-func (o *statusOptions) markFaults(ctx context.Context, f *fleet.Fleet) []string {
+func (o *statusOptions) markFaults(ctx context.Context, f *deviceusage.Fleet) []string {
 	ns, name, ok := strings.Cut(o.faultsConfigMap, "/")
 	if !ok {
 		return []string{fmt.Sprintf("--faults-configmap %q: want namespace/name", o.faultsConfigMap)}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 const (
@@ -53,20 +53,20 @@ func TestStatusGolden(t *testing.T) {
 }
 
 // statusReport runs status -o json on a state file.
-func statusReport(t *testing.T, state string, args ...string) fleet.Report {
+func statusReport(t *testing.T, state string, args ...string) deviceusage.Report {
 	t.Helper()
 	r := run(t, "", append([]string{"status", "--cluster-state", state, "-o", "json"}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	var rep fleet.Report
+	var rep deviceusage.Report
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("-o json: %v\n%s", err, r.stdout)
 	}
 	return rep
 }
 
-func findDevice(t *testing.T, rep fleet.Report, node, name string) *fleet.Device {
+func findDevice(t *testing.T, rep deviceusage.Report, node, name string) *deviceusage.Device {
 	t.Helper()
 	for _, n := range rep.Nodes {
 		for _, d := range n.Devices {
@@ -85,17 +85,17 @@ func TestStatusFacts(t *testing.T) {
 	noCluster(t)
 	rep := statusReport(t, statusBasic)
 	seed := findDevice(t, rep, "las1", "gpu-0")
-	if seed.State != fleet.StateAllocated || len(seed.Allocations) != 2 || seed.Allocations[0].Claim != "default/seed-gpu-8pwzt" ||
+	if seed.State != deviceusage.StateAllocated || len(seed.Allocations) != 2 || seed.Allocations[0].Claim != "default/seed-gpu-8pwzt" ||
 		!slices.Equal(seed.Allocations[0].Pods, []string{"default/seed"}) || !seed.Allocations[1].AdminAccess {
 		t.Errorf("las1/gpu-0: %+v, want allocated to default/seed-gpu-8pwzt for pod default/seed, plus an admin-access watcher", seed)
 	}
-	if d := findDevice(t, rep, "las1", "gpu-7"); d.Healthy || d.State != fleet.StateFree || len(d.Taints) != 1 || d.Taints[0].Rule != "" {
+	if d := findDevice(t, rep, "las1", "gpu-7"); d.Healthy || d.State != deviceusage.StateFree || len(d.Taints) != 1 || d.Taints[0].Rule != "" {
 		t.Errorf("las1/gpu-7: %+v, want unhealthy and free with the driver's taint", d)
 	}
 	if d := findDevice(t, rep, "las2", "gpu-3"); d.Healthy || len(d.Taints) != 1 || d.Taints[0].Rule != "las2-gpu-3-maintenance" {
 		t.Errorf("las2/gpu-3: %+v, want the DeviceTaintRule's taint", d)
 	}
-	wantTotals := []fleet.Total{
+	wantTotals := []deviceusage.Total{
 		{Driver: "gpu.example.com", Model: "LATEST-GPU-MODEL", Devices: 8, Free: 4, Allocated: 3, Unhealthy: 1},
 		{Driver: "gpu.example.com", Model: "OLD-GPU-MODEL", Devices: 4, Free: 3, Unhealthy: 1},
 	}
@@ -107,14 +107,14 @@ func TestStatusFacts(t *testing.T) {
 	}
 
 	rep = statusReport(t, statusShared)
-	if d := findDevice(t, rep, "las3", "gpu-0"); d.State != fleet.StateBlocked || !slices.Equal(d.CountersShort, []string{"gpu-0-counters"}) {
+	if d := findDevice(t, rep, "las3", "gpu-0"); d.State != deviceusage.StateBlocked || !slices.Equal(d.CountersShort, []string{"gpu-0-counters"}) {
 		t.Errorf("las3/gpu-0: %+v, want blocked by gpu-0-counters", d)
 	}
-	if d := findDevice(t, rep, "las3", "gpu-0-half-1"); d.State != fleet.StateFree {
+	if d := findDevice(t, rep, "las3", "gpu-0-half-1"); d.State != deviceusage.StateFree {
 		t.Errorf("las3/gpu-0-half-1: %s, want free", d.State)
 	}
 	shared := findDevice(t, rep, "las3", "gpu-1")
-	if used := shared.Consumed["memory"]; shared.State != fleet.StateShared || len(shared.Allocations) != 2 || used.String() != "50Gi" {
+	if used := shared.Consumed["memory"]; shared.State != deviceusage.StateShared || len(shared.Allocations) != 2 || used.String() != "50Gi" {
 		t.Errorf("las3/gpu-1: %+v, want shared by two claims using 50Gi", shared)
 	}
 	if len(rep.Unpublished) != 1 || rep.Unpublished[0].Device != "gpu.example.com/las9/gpu-0" {
@@ -133,7 +133,7 @@ func TestStatusFacts(t *testing.T) {
 	}
 }
 
-func counterUsed(cs *fleet.CounterSet, name string) string {
+func counterUsed(cs *deviceusage.CounterSet, name string) string {
 	c := cs.Counters[name]
 	return c.Used.String()
 }

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/cli-runtime/pkg/printers"
 
-	"github.com/gpu-dra/gpu-dra/internal/fleet"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 // maxNamesInLine bounds the names a one-line summary lists before "and N more".
@@ -19,7 +19,7 @@ const maxNamesInLine = 5
 
 // printStatus writes the report as tables: one row per device and claim holding it (a free device
 // has one row), so that grep for a node, device, claim or pod finds every line about it.
-func printStatus(out io.Writer, rep *fleet.Report, wide bool) error {
+func printStatus(out io.Writer, rep *deviceusage.Report, wide bool) error {
 	w := printers.GetNewTabWriter(out)
 	// Sections are separated by a blank line.
 	printed := false
@@ -40,7 +40,7 @@ func printStatus(out io.Writer, rep *fleet.Report, wide bool) error {
 			for _, d := range n.Devices {
 				allocs := d.Allocations
 				if len(allocs) == 0 {
-					allocs = []fleet.Allocation{{}}
+					allocs = []deviceusage.Allocation{{}}
 				}
 				for _, a := range allocs {
 					claim, pods := dash(a.Claim), dash(strings.Join(append(slices.Clone(a.Pods), a.Consumers...), ","))
@@ -105,7 +105,7 @@ func printStatus(out io.Writer, rep *fleet.Report, wide bool) error {
 	return nil
 }
 
-func printTotals(w io.Writer, totals []fleet.Total, wide bool) {
+func printTotals(w io.Writer, totals []deviceusage.Total, wide bool) {
 	blocked := wide
 	for _, t := range totals {
 		blocked = blocked || t.Blocked > 0
@@ -136,7 +136,7 @@ func printTotals(w io.Writer, totals []fleet.Total, wide bool) {
 
 // health is "ok" or the device's taints; wide names the DeviceTaintRule of each added taint. A
 // fault the driver's taints do not show yet (or cannot: the API server drops them) follows.
-func health(d *fleet.Device, wide bool) string {
+func health(d *deviceusage.Device, wide bool) string {
 	if len(d.Taints) == 0 && d.Fault == "" {
 		return "ok"
 	}
@@ -174,7 +174,7 @@ func capacities(c map[resourceapi.QualifiedName]resource.Quantity) string {
 }
 
 // memory is the device's memory capacity and, for a shared device, what its shares use of it.
-func memory(d *fleet.Device) string {
+func memory(d *deviceusage.Device) string {
 	if d.Memory == nil {
 		return "-"
 	}

@@ -14,13 +14,13 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
-	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
 type validateOptions struct {
@@ -147,7 +147,7 @@ func (o *validateOptions) run(ctx context.Context) error {
 	if state != nil {
 		// Classes in the input exist by the time the claims are applied.
 		for _, s := range sources {
-			in, err := published.Read(manifest.Filter(s.Data, resourceversion.KindDeviceClass))
+			in, err := inventory.Read(manifest.Filter(s.Data, resourceversion.KindDeviceClass))
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Path, err)
 			}
@@ -155,7 +155,7 @@ func (o *validateOptions) run(ctx context.Context) error {
 		}
 	}
 
-	var source feasibility.Lister // a nil *published.Objects would not be a nil Lister
+	var source feasibility.Lister // a nil *inventory.Objects would not be a nil Lister
 	if state != nil {
 		source = state
 	}
@@ -207,13 +207,13 @@ func (o *validateOptions) run(ctx context.Context) error {
 
 // loadClusterState returns the published objects and a description of where they came from;
 // nil when there are none (no --cluster-state and no reachable cluster).
-func (o *validateOptions) loadClusterState(ctx context.Context) (*published.Objects, string, error) {
+func (o *validateOptions) loadClusterState(ctx context.Context) (*inventory.Objects, string, error) {
 	if o.clusterStateFile != "" {
 		data, err := os.ReadFile(o.clusterStateFile)
 		if err != nil {
 			return nil, "", fmt.Errorf("--cluster-state: %w", err)
 		}
-		state, err := published.Read(data)
+		state, err := inventory.Read(data)
 		if err != nil {
 			return nil, "", fmt.Errorf("--cluster-state %s: %w", o.clusterStateFile, err)
 		}

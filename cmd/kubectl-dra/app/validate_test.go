@@ -19,11 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
-	"github.com/gpu-dra/gpu-dra/internal/published"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
-	"github.com/gpu-dra/gpu-dra/webhook/claimvalidation"
 )
 
 const clusterStateFile = "testdata/validate/cluster-state.yaml"
@@ -271,7 +271,7 @@ func TestValidateOn132Cluster(t *testing.T) {
 // response the webhook's handler gives for the same object and published objects.
 func TestValidateMatchesAdmission(t *testing.T) {
 	noCluster(t)
-	state, err := published.Read([]byte(readText(t, clusterStateFile)))
+	state, err := inventory.Read([]byte(readText(t, clusterStateFile)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestValidateMatchesAdmission(t *testing.T) {
 			}
 			data := []byte(readText(t, tc.file))
 			caseState := *state
-			extra, err := published.Read(manifest.Filter(data, resourceversion.KindDeviceClass))
+			extra, err := inventory.Read(manifest.Filter(data, resourceversion.KindDeviceClass))
 			if err != nil {
 				t.Fatal(err)
 			}

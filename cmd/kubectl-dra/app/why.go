@@ -19,12 +19,12 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/fleet"
-	"github.com/gpu-dra/gpu-dra/internal/published"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
-	"github.com/gpu-dra/gpu-dra/webhook/celcheck"
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
 )
 
 type whyOptions struct {
@@ -159,8 +159,8 @@ func (o *whyOptions) run(ctx context.Context, kind, name string) error {
 	if err != nil {
 		return err
 	}
-	fl := fleet.Build(state.fleetInput())
-	view := feasibility.New(&published.Objects{Slices: fl.Slices, Classes: state.Classes, Nodes: state.Nodes},
+	fl := deviceusage.Build(state.fleetInput())
+	view := feasibility.New(&inventory.Objects{Slices: fl.Slices, Classes: state.Classes, Nodes: state.Nodes},
 		celcheck.New(o.driverName, deviceschema.DeviceSchema()))
 	claims := map[string]*resourceapi.ResourceClaim{}
 	for _, c := range state.Claims {
@@ -206,7 +206,7 @@ func summarizePod(pod *corev1.Pod) *podSummary {
 
 // explainPodClaim finds the claim behind one entry of pod.spec.resourceClaims: a named claim, the
 // claim generated from a template, or, before the controller created it, the template's spec.
-func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *feasibility.View, fl *fleet.Fleet,
+func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *feasibility.View, fl *deviceusage.Fleet,
 	claims map[string]*resourceapi.ResourceClaim, pod *corev1.Pod, pc *corev1.PodResourceClaim) (claimReport, error) {
 	name, _, err := resourceclaim.Name(pod, pc)
 	switch {
@@ -245,7 +245,7 @@ func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *
 	return cr, err
 }
 
-func explainClaim(ctx context.Context, view *feasibility.View, fl *fleet.Fleet, c *resourceapi.ResourceClaim) (claimReport, error) {
+func explainClaim(ctx context.Context, view *feasibility.View, fl *deviceusage.Fleet, c *resourceapi.ResourceClaim) (claimReport, error) {
 	cr := claimReport{Namespace: c.Namespace, Name: c.Name}
 	for _, r := range c.Status.ReservedFor {
 		if r.APIGroup == "" && r.Resource == "pods" {

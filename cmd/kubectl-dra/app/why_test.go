@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 )
 
 // whyCases run `kubectl dra why` on hand-made cluster states. causes are the findings' causes in

@@ -7,7 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpu-dra/gpu-dra/webhook/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 )
 
 // maxGroupsShown bounds the node groups the text lists per request; -o json has all.

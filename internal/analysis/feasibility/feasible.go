@@ -1,0 +1,464 @@
+package feasibility
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+)
+
+// maxShapes bounds the allocator runs per question. Past it the answer is "maybe", never a
+// warning: a false alarm is worse than a missed one.
+const maxShapes = 32
+
+// alternative is one way to satisfy a request: the request itself or one firstAvailable subrequest.
+type alternative struct {
+	request int
+	name    string
+	wanted  int64 // -1: allocationMode All
+	*deviceMatches
+	// capacityShort, when set, says why no device its selectors accept could ever hold its
+	// capacity requests.
+	capacityShort string
+}
+
+// Unsatisfiable runs the scheduler's allocator against the published devices, ignoring current
+// allocations, and explains why no node can satisfy spec, or returns "" when some node can (or
+// when the answer is unknown, e.g. a class is missing or the question is too big to answer fast).
+func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error) {
+	s, err := v.current()
+	if err != nil {
+		return "", err
+	}
+	if len(spec.Devices.Requests) == 0 {
+		return "", nil
+	}
+	if err := wellFormed(spec); err != nil {
+		klog.FromContext(ctx).V(2).Info("Feasibility check skipped: malformed claim", "err", err)
+		return "", nil
+	}
+	features := v.featuresFor(ctx, s)
+	verdictKey := questionKey(namespace, features, spec)
+	if verdictKey != nil {
+		if msg, ok := s.verdicts.Get(*verdictKey); ok {
+			return msg.(string), nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, v.timeout)
+	defer cancel()
+	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec, features)
+	// Nothing learnt under an ended context is a verdict: an interrupted evaluation looks exactly
+	// like one that found no device.
+	if verdictKey != nil && cacheable && ctx.Err() == nil {
+		s.verdicts.Add(*verdictKey, msg)
+	}
+	return msg, nil
+}
+
+// questionKey is the digest answers are remembered by: a key is then 32 bytes however large the
+// claim, and a cached answer keeps nothing of it. The features are part of the question: the API
+// server's answer may change within one published state. Nil when spec cannot be encoded.
+func questionKey(namespace string, features structured.Features, spec *resourceapi.ResourceClaimSpec) *[sha256.Size]byte {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%+v\x00", namespace, features)
+	h.Write(data)
+	return (*[sha256.Size]byte)(h.Sum(nil))
+}
+
+// unsatisfiable answers for one snapshot; cacheable is false for answers that depend on more
+// than the snapshot and the spec (allocator errors).
+func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (string, bool) {
+	logger := klog.FromContext(ctx)
+	var alts []*alternative
+	for _, r := range requestsOf(spec) {
+		if r.capacity != nil && len(r.capacity.Requests) > 0 && !features.ConsumableCapacity {
+			// The API server drops capacity requests where it does not serve them, so only a
+			// claim that never reaches it (kubectl dra validate) gets here.
+			return fmt.Sprintf("request %s asks for capacity, but the cluster does not serve consumable capacity (feature gate DRAConsumableCapacity, on by default from Kubernetes 1.36): the API server drops capacity requests; select devices by their capacity instead", r.name), true
+		}
+		a, ok := v.matchAlternative(ctx, s, r)
+		if !ok {
+			return "", true
+		}
+		alts = append(alts, a)
+	}
+
+	if ctx.Err() != nil {
+		logger.V(2).Info("Feasibility check ran out of time matching devices; no verdict", "err", context.Cause(ctx))
+		return "", false
+	}
+	candidates := candidateNodes(s, spec, alts)
+	tried := map[string]bool{}
+	var lastErr error
+	for _, n := range candidates {
+		shape := s.shapeKey(n, spec, alts)
+		if tried[shape] {
+			continue
+		}
+		if len(tried) == maxShapes {
+			logger.V(4).Info("Feasibility check gave up: too many distinct node shapes", "shapes", maxShapes)
+			return "", true
+		}
+		tried[shape] = true
+		ok, err := v.allocate(ctx, s, n, namespace, spec, features)
+		if ok {
+			return "", true
+		}
+		if ctx.Err() != nil {
+			logger.V(2).Info("Feasibility check ran out of time; no verdict", "shapesTried", len(tried), "err", context.Cause(ctx))
+			return "", false
+		}
+		if err != nil {
+			lastErr = err
+		}
+	}
+	if msg := v.onlyTainted(ctx, s, namespace, spec, candidates); msg != "" {
+		return msg, ctx.Err() == nil
+	}
+	msg := explain(s, spec, alts, candidates)
+	if lastErr != nil {
+		return msg + fmt.Sprintf(" (allocator: %v)", lastErr), false
+	}
+	return msg, true
+}
+
+// matchAlternative counts per node the devices that the class and the selectors accept and
+// that could hold the request's capacity requests.
+func (v *View) matchAlternative(ctx context.Context, s *snapshot, r *request) (*alternative, bool) {
+	class := s.classes[r.class]
+	if class == nil {
+		return nil, false
+	}
+	dm, ok := v.matchExprs(ctx, s, append(classExprs(class), selectorExprs(r.selectors)...))
+	if !ok {
+		return nil, false
+	}
+	alt := &alternative{request: r.index, name: r.name, wanted: r.count}
+	if r.mode == resourceapi.DeviceAllocationModeAll {
+		alt.wanted = -1
+	}
+	alt.deviceMatches, alt.capacityShort = s.withCapacity(dm, r.capacity)
+	return alt, true
+}
+
+// deviceMatches is which devices a list of selectors accepts, and how many per node. It depends
+// only on the snapshot and the selectors, so it is computed once per snapshot.
+type deviceMatches struct {
+	counts  []int
+	matched []bool
+}
+
+func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs []celcheck.Ref, opaque bool) *deviceMatches {
+	// Keyed by a digest, as verdicts are: the selectors can be up to 10 KB each.
+	h := sha256.New()
+	for _, e := range exprs {
+		h.Write([]byte(e))
+		h.Write([]byte{0, 0})
+	}
+	h.Write([]byte{0, 1})
+	h.Write([]byte(refsKey(refs, opaque)))
+	exprKey := string(h.Sum(nil))
+	if dm, ok := s.matchResults.Get(exprKey); ok {
+		return dm.(*deviceMatches)
+	}
+	dm := &deviceMatches{counts: make([]int, len(s.nodes)), matched: make([]bool, len(s.devices))}
+	p := s.projectionFor(refs, opaque)
+	for _, key := range p.order {
+		members := p.groups[key]
+		if !v.matchesGroup(ctx, exprKey+key, exprs, s.dev(members[0])) {
+			continue
+		}
+		for _, d := range members {
+			dm.matched[d] = true
+			for _, n := range s.nodesOf(d) {
+				dm.counts[n]++
+			}
+		}
+	}
+	if ctx.Err() == nil { // else some groups were not evaluated, only interrupted
+		s.matchResults.Add(exprKey, dm)
+	}
+	return dm
+}
+
+func dedupRefs(refs []celcheck.Ref) []celcheck.Ref {
+	seen := map[celcheck.Ref]bool{}
+	out := refs[:0:0]
+	for _, r := range refs {
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return fmt.Sprint(out[i]) < fmt.Sprint(out[j])
+	})
+	return out
+}
+
+// matchesGroup evaluates the selectors once for a group of devices whose read values are equal.
+func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d devRef) bool {
+	v.matchMu.RLock()
+	ok, found := v.matches[key]
+	v.matchMu.RUnlock()
+	if found {
+		return ok
+	}
+	ok = true
+	for _, e := range exprs {
+		res := v.celCache.GetOrCompile(e)
+		if res.Error != nil {
+			ok = false
+			break
+		}
+		m, _, err := res.DeviceMatches(ctx, d.celInput())
+		if err != nil || !m {
+			// The allocator reports a runtime error for the whole claim; for counting, such a
+			// device simply does not match.
+			ok = false
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		// The evaluation may have been interrupted: its "no" is not the selectors' answer, and
+		// this cache outlives Invalidate.
+		return false
+	}
+	v.matchMu.Lock()
+	if len(v.matches) > maxMatches {
+		v.matches = map[string]bool{}
+	}
+	v.matches[key] = ok
+	v.matchMu.Unlock()
+	return ok
+}
+
+func (a *alternative) fits(node int) bool {
+	if a.wanted < 0 {
+		return a.counts[node] > 0
+	}
+	return int64(a.counts[node]) >= a.wanted
+}
+
+// candidateNodes are the nodes where every request has an alternative with enough matching devices.
+func candidateNodes(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*alternative) []int {
+	var out []int
+	for n := range s.nodes {
+		ok := true
+		for ri := range spec.Devices.Requests {
+			any := false
+			for _, a := range alts {
+				if a.request == ri && a.fits(n) {
+					any = true
+					break
+				}
+			}
+			if !any {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// shapeKey is equal for nodes on which the allocator necessarily reaches the same verdict: the
+// same multiset of devices by which alternatives they match, the values the constraints compare
+// and their taints.
+func (s *snapshot) shapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*alternative) string {
+	return s.shapeKeyWith(n, spec, alts, nil)
+}
+
+// shapeKeyWith is shapeKey with more to tell devices apart: extra(d), when set, is part of each
+// device's signature (e.g. whether it is free now).
+func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts []*alternative, extra func(d int) string) string {
+	if s.exact {
+		return s.nodes[n].Name
+	}
+	var sigs []string
+	var b strings.Builder
+	for _, d := range s.nodeDevices[n] {
+		b.Reset()
+		any := false
+		for _, a := range alts {
+			if a.matched[d] {
+				any = true
+				b.WriteByte('1')
+			} else {
+				b.WriteByte('0')
+			}
+		}
+		if !any {
+			continue
+		}
+		dev := s.dev(d)
+		for _, c := range spec.Devices.Constraints {
+			if c.MatchAttribute == nil {
+				continue
+			}
+			domain, name := splitQualified(string(*c.MatchAttribute))
+			val, _ := attributeValue(dev, domain, name)
+			b.WriteByte(0)
+			b.WriteString(val)
+		}
+		b.WriteByte(0)
+		b.WriteString(s.taintOf(d))
+		if extra != nil {
+			b.WriteByte(0)
+			b.WriteString(extra(d))
+		}
+		sigs = append(sigs, b.String())
+	}
+	sort.Strings(sigs)
+	return strings.Join(sigs, "\x00\x02")
+}
+
+func splitQualified(q string) (string, string) {
+	if i := strings.Index(q, "/"); i >= 0 {
+		return q[:i], q[i+1:]
+	}
+	return "", q
+}
+
+func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (bool, error) {
+	if err := wellFormed(spec); err != nil {
+		return false, err
+	}
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	return v.allocateWith(ctx, s, n, namespace, spec, features, state)
+}
+
+// allocateWith runs the allocator on node n with the given features and allocated state.
+func (v *View) allocateWith(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features, state structured.AllocatedState) (bool, error) {
+	alloc, err := structured.NewAllocator(ctx, features, state, classLister{s}, s.fullSlices(n), v.celCache)
+	if err != nil {
+		return false, fmt.Errorf("create allocator: %w", err)
+	}
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "admission-check", Namespace: namespace, UID: "admission-check"},
+		Spec:       *spec,
+	}
+	result, err := alloc.Allocate(ctx, s.nodes[n].Full(), []*resourceapi.ResourceClaim{claim})
+	if err != nil {
+		return false, fmt.Errorf("node %s: %w", s.nodes[n].Name, err)
+	}
+	return len(result) == 1, nil
+}
+
+// fullSlices are the slices node n sees, as published: what the allocator reads.
+func (s *snapshot) fullSlices(n int) []*resourceapi.ResourceSlice {
+	if out, ok := s.full.Get(n); ok {
+		return out.([]*resourceapi.ResourceSlice)
+	}
+	out := make([]*resourceapi.ResourceSlice, len(s.nodeSlices[n]))
+	for i, sl := range s.nodeSlices[n] {
+		out[i] = sl.Full()
+	}
+	s.full.Add(n, out)
+	return out
+}
+
+// explain names the first request no node can satisfy, with the best node's count, or says that
+// the requests only fail together.
+func explain(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*alternative, candidates []int) string {
+	for ri, r := range spec.Devices.Requests {
+		var own []*alternative
+		satisfiable := false
+		for _, a := range alts {
+			if a.request != ri {
+				continue
+			}
+			own = append(own, a)
+			for n := range s.nodes {
+				if a.fits(n) {
+					satisfiable = true
+				}
+			}
+		}
+		if satisfiable {
+			continue
+		}
+		if len(own) == 1 {
+			return "request " + describeAlt(s, own[0])
+		}
+		parts := make([]string, 0, len(own))
+		for _, a := range own {
+			parts = append(parts, describeAlt(s, a))
+		}
+		return fmt.Sprintf("request %s: no firstAvailable alternative fits: %s", r.Name, strings.Join(parts, "; "))
+	}
+	// Every request fits somewhere alone, but not all of them on one node.
+	best, bestTotal := -1, -1
+	pool := candidates
+	if len(pool) == 0 {
+		pool = make([]int, len(s.nodes))
+		for i := range pool {
+			pool[i] = i
+		}
+	}
+	for _, n := range pool {
+		total := 0
+		for _, a := range alts {
+			total += a.counts[n]
+		}
+		if total > bestTotal {
+			best, bestTotal = n, total
+		}
+	}
+	names := make([]string, 0, len(spec.Devices.Requests))
+	for _, r := range spec.Devices.Requests {
+		names = append(names, r.Name)
+	}
+	what := "requests " + strings.Join(names, ", ") + " cannot be satisfied together on any single node"
+	if len(spec.Devices.Constraints) > 0 {
+		what += " with the claim's constraints"
+	}
+	if best < 0 {
+		return what
+	}
+	var counts []string
+	for _, a := range alts {
+		counts = append(counts, fmt.Sprintf("%s %d", a.name, a.counts[best]))
+	}
+	return fmt.Sprintf("%s; best node %s has matching devices: %s", what, s.nodes[best].Name, strings.Join(counts, ", "))
+}
+
+func describeAlt(s *snapshot, a *alternative) string {
+	best, bestCount := -1, 0
+	for n := range s.nodes {
+		if best < 0 || a.counts[n] > bestCount {
+			best, bestCount = n, a.counts[n]
+		}
+	}
+	if bestCount == 0 && a.capacityShort != "" {
+		return fmt.Sprintf("%s: %s", a.name, a.capacityShort)
+	}
+	if bestCount == 0 {
+		if a.wanted < 0 {
+			return fmt.Sprintf("%s: allocationMode All, but no published device matches its class and selectors", a.name)
+		}
+		return fmt.Sprintf("%s: %d wanted, no published device matches its class and selectors", a.name, a.wanted)
+	}
+	return fmt.Sprintf("%s: %d wanted, best node %s has %d matching", a.name, a.wanted, s.nodes[best].Name, bestCount)
+}

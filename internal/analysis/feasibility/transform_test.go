@@ -1,0 +1,152 @@
+package feasibility
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+)
+
+// transformed passes objects through the informers' transforms, as the webhook caches them.
+func transformed(t testing.TB, st *inventory.Objects) *inventory.Objects {
+	t.Helper()
+	in := inventory.NewInterner()
+	out := &inventory.Objects{CompactNodes: inventory.CompactNodes(in, st.Nodes)}
+	for _, s := range st.Slices {
+		o, err := in.TransformSlice(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.CompactSlices = append(out.CompactSlices, o.(*inventory.Slice))
+	}
+	for _, c := range st.Classes {
+		o, err := inventory.TransformClass(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Classes = append(out.Classes, o.(*resourceapi.DeviceClass))
+	}
+	return out
+}
+
+// TestTransformedInventoryAnswersTheSame: the view over the informers' transformed objects
+// (stripped metadata, shared maps) gives every claim of testdata/claims.yaml the answer it gives
+// over the objects as inventory.
+func TestTransformedInventoryAnswersTheSame(t *testing.T) {
+	ctx := context.Background()
+	cases := loadCases[claimCase](t, "claims.yaml")
+	st := testCluster()
+	checker := celcheck.New(driver, deviceschema.DeviceSchema())
+	plain, shared := New(st, checker), New(transformed(t, st), checker)
+	plain.timeout, shared.timeout = time.Minute, time.Minute
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			spec := tc.Spec.DeepCopy()
+			resourceversion.Default(spec)
+			want, err := plain.Unsatisfiable(ctx, "default", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := shared.Unsatisfiable(ctx, "default", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want || want != tc.Message {
+				t.Fatalf("transformed objects: %q, as published: %q, want %q", got, want, tc.Message)
+			}
+		})
+	}
+}
+
+// simulatedFleet is nodes nodes of the plugin's simulated GPUs (8 each, three models), as the API server
+// returns them: decoded from JSON, so no two objects share anything.
+func simulatedFleet(b testing.TB, nodes int) *inventory.Objects {
+	b.Helper()
+	groups := []nodegroups.GroupSpec{{}, {Model: "H200-SXM-141GB"}, {Model: "L4"}}
+	st := &inventory.Objects{Classes: classes()}
+	for i := range nodes {
+		name := fmt.Sprintf("node-%05d", i)
+		res, err := plugin.Resources(context.Background(), name, simulated.New(name, groups[i%len(groups)]), plugin.CountersInOwnSlices)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu.example.com-x7k2p", UID: "0b7a4d8e-uid", ResourceVersion: "12345"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &name, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
+				Devices: res.Pools[name].Slices[0].Devices}}
+		data, err := json.Marshal(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		decoded := &resourceapi.ResourceSlice{}
+		if err := json.Unmarshal(data, decoded); err != nil {
+			b.Fatal(err)
+		}
+		st.Slices = append(st.Slices, decoded)
+		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: "3f1c9a2e-uid", ResourceVersion: "12345",
+			Labels: map[string]string{v1.LabelHostname: name, v1.LabelArchStable: "amd64", "example.com/group": fmt.Sprint(i % len(groups))}}})
+	}
+	return st
+}
+
+// heap is what the heap holds after a collection: bytes in use, and the part of them the
+// collector scans for pointers (its marking work; pointer-free objects are not scanned).
+type heap struct{ inUse, scan uint64 }
+
+func heapNow() heap {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/scan/heap:bytes"}}
+	metrics.Read(s)
+	return heap{s[0].Value.Uint64(), s[1].Value.Uint64()}
+}
+
+// perNode reports what the heap grew by from a to b, per node.
+func perNode(b *testing.B, a, z heap, nodes int, what string) {
+	b.ReportMetric(float64(z.inUse-a.inUse)/float64(nodes), what+"-B/node")
+	b.ReportMetric(float64(z.scan-a.scan)/float64(nodes), what+"-scan-B/node")
+}
+
+// BenchmarkInventoryMemory reports the heap a node of 8 GPUs costs the webhook: its Node and slice
+// as decoded, as the informers keep them after the transforms, and the View's index over those;
+// of the last two also the bytes the collector scans, which its marking time follows.
+//
+//	go test -run '^$' -bench BenchmarkInventoryMemory -benchtime 3x ./internal/analysis/feasibility
+func BenchmarkInventoryMemory(b *testing.B) {
+	const nodes = 1000
+	checker := celcheck.New(driver, deviceschema.DeviceSchema())
+	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "gpu", Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.example.com"].model == "L4"`}}}}}}}}
+	resourceversion.Default(spec)
+	for b.Loop() {
+		start := heapNow()
+		st := simulatedFleet(b, nodes)
+		decoded := heapNow()
+		shared := transformed(b, st)
+		st.Slices, st.Nodes = nil, nil
+		kept := heapNow()
+		view := New(shared, checker)
+		if msg, err := view.Unsatisfiable(context.Background(), "default", spec); err != nil || msg != "" {
+			b.Fatalf("L4 GPU unsatisfiable: %q, %v", msg, err)
+		}
+		indexed := heapNow()
+		b.ReportMetric(float64(decoded.inUse-start.inUse)/nodes, "decoded-B/node")
+		perNode(b, start, kept, nodes, "cached")
+		perNode(b, kept, indexed, nodes, "view")
+		runtime.KeepAlive(view)
+		runtime.KeepAlive(shared)
+	}
+}

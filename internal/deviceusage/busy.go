@@ -1,0 +1,122 @@
+package deviceusage
+
+import (
+	"reflect"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+type poolKey struct{ driver, pool string }
+
+// busyPools are the pools in which something may stand in a claim's way: a device that is
+// allocated, tainted (by its slice or a rule), shared (its capacity may be used up) or that
+// consumes more of a counter than its pool's set has. Every device of any other pool is free and
+// unhindered, which is all a fleet of it would say, at a kilobyte a device.
+func busyPools(slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, rules map[structured.DeviceID][]string) map[poolKey]bool {
+	busy := map[poolKey]bool{}
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			busy[poolKey{r.Driver, r.Pool}] = true
+		}
+	}
+	for k := range rules {
+		busy[poolKey{k.Driver.String(), k.Pool.String()}] = true
+	}
+	var counters map[counterKey]map[string]resourceapi.Counter
+	for _, sl := range slices {
+		k := poolKey{sl.Spec.Driver, sl.Spec.Pool.Name}
+		if busy[k] {
+			continue
+		}
+		for i := range sl.Spec.Devices {
+			d := &sl.Spec.Devices[i]
+			if len(d.Taints) > 0 || (d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations) {
+				busy[k] = true
+				break
+			}
+			if len(d.ConsumesCounters) == 0 {
+				continue
+			}
+			if counters == nil {
+				counters = publishedCounters(slices)
+			}
+			if exceedsCounters(d, k, counters) {
+				busy[k] = true
+				break
+			}
+		}
+	}
+	return busy
+}
+
+// publishedCounters are the counters of every pool's counter sets, as published.
+func publishedCounters(slices []*resourceapi.ResourceSlice) map[counterKey]map[string]resourceapi.Counter {
+	out := map[counterKey]map[string]resourceapi.Counter{}
+	for _, sl := range slices {
+		for _, cs := range sl.Spec.SharedCounters {
+			k := counterKey{sl.Spec.Driver, sl.Spec.Pool.Name, cs.Name}
+			if _, dup := out[k]; !dup {
+				out[k] = cs.Counters
+			}
+		}
+	}
+	return out
+}
+
+// exceedsCounters: d consumes more of a counter than its published set has, so that it is short
+// of counters (StateBlocked) with nothing allocated.
+func exceedsCounters(d *resourceapi.Device, pool poolKey, counters map[counterKey]map[string]resourceapi.Counter) bool {
+	for _, cc := range d.ConsumesCounters {
+		set, ok := counters[counterKey{pool.driver, pool.pool, cc.CounterSet}]
+		if !ok {
+			continue
+		}
+		for n, c := range cc.Counters {
+			if have, ok := set[n]; ok && have.Value.Cmp(c.Value) < 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// capacities hands out one copy of the capacity values per published capacity map and driver:
+// devices of one shape share that map (published.Interner makes it one), and a copy per device
+// would be most of a large fleet's size. The maps' identities are keys while the slices that hold
+// them are alive, which they are while Build runs.
+type capacities map[capacityKey]capacityValues
+
+type capacityKey struct {
+	caps   uintptr
+	driver string
+}
+
+type capacityValues struct {
+	all    map[resourceapi.QualifiedName]resource.Quantity
+	memory *resource.Quantity
+}
+
+func (cs capacities) of(driver string, caps map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) capacityValues {
+	if len(caps) == 0 {
+		return capacityValues{}
+	}
+	k := capacityKey{reflect.ValueOf(caps).Pointer(), driver}
+	if v, ok := cs[k]; ok {
+		return v
+	}
+	v := capacityValues{all: make(map[resourceapi.QualifiedName]resource.Quantity, len(caps))}
+	for n, c := range caps {
+		v.all[n] = c.Value
+	}
+	if c, ok := lookupCapacity(caps, driver, "memory"); ok {
+		m := c.Value.DeepCopy()
+		v.memory = &m
+	}
+	cs[k] = v
+	return v
+}

@@ -1,0 +1,288 @@
+// Package fleet is what a cluster's DRA devices are doing right now: for every published device
+// the attributes people ask about (model, memory), its taints (published in the ResourceSlice or
+// added by a DeviceTaintRule), the claims and pods holding it with their shares and consumed
+// capacity, and the counters its partitions have used. It is computed from ResourceSlices,
+// ResourceClaims and DeviceTaintRules converted to resource.k8s.io/v1, and it also yields what the
+// scheduler hands its allocator (the slices with the rules' taints applied and the AllocatedState),
+// so that "why does my claim wait" is answered against the scheduler's own view.
+//
+// Reading those objects from a cluster or a file is the caller's job; whether a claim could be
+// allocated is internal/analysis/feasibility's.
+package deviceusage
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// Input is what Build reads, every object converted to resource.k8s.io/v1.
+type Input struct {
+	// Slices as their drivers published them: DeviceTaintRules are applied by Build.
+	Slices     []*resourceapi.ResourceSlice
+	Claims     []*resourceapi.ResourceClaim
+	TaintRules []*resourceapi.DeviceTaintRule
+	// BusyPoolsOnly restricts the fleet (Slices, Devices, CounterSets) to the pools in which
+	// something may stand in a claim's way: an allocated, tainted or shared device, or one that
+	// needs more of a counter than its pool has. Every device of another pool is free and
+	// unhindered, and Device returns nil for it. For callers that look for obstacles in a large
+	// cluster, where listing every free device costs a kilobyte each.
+	BusyPoolsOnly bool
+}
+
+// State is the one-word summary of a device's use.
+type State string
+
+const (
+	// StateFree: no claim holds the device and it can be allocated.
+	StateFree State = "free"
+	// StateAllocated: a claim holds the device exclusively.
+	StateAllocated State = "allocated"
+	// StateShared: the device allows several allocations and holds at least one.
+	StateShared State = "shared"
+	// StateBlocked: no claim holds the device, but allocated devices of the same counter set
+	// (partitions of one GPU) left too little of a counter for it.
+	StateBlocked State = "blocked"
+)
+
+// Node names what a device that is not local to one node is reachable from.
+const (
+	AllNodes      = "<all nodes>"
+	SelectedNodes = "<selected nodes>"
+)
+
+// Device is one published device and its use.
+type Device struct {
+	Driver string `json:"driver"`
+	Pool   string `json:"pool"`
+	Name   string `json:"name"`
+	// Node is the node the device is local to, or AllNodes or SelectedNodes.
+	Node string `json:"node"`
+	// Model is the device's "model" attribute in its driver's domain, "" when it has none.
+	Model string `json:"model,omitempty"`
+	// Memory is the device's "memory" capacity in its driver's domain. Memory and Capacity are
+	// shared between devices of one shape: read-only.
+	Memory   *resource.Quantity                              `json:"memory,omitempty"`
+	Capacity map[resourceapi.QualifiedName]resource.Quantity `json:"capacity,omitempty"`
+	// Shared: the device allows several allocations at once (allowMultipleAllocations).
+	Shared bool    `json:"shared,omitempty"`
+	Taints []Taint `json:"taints,omitempty"`
+	// Healthy is false when a taint keeps new claims off the device (NoSchedule, NoExecute), or
+	// when the caller found a Fault.
+	Healthy bool `json:"healthy"`
+	// Fault is a fault reported for the device outside its ResourceSlice ("kind: message"), set
+	// by the caller: the gpu-dra plugin's simulated faults, which a cluster that drops device
+	// taints never sees as taints.
+	Fault       string       `json:"fault,omitempty"`
+	State       State        `json:"state"`
+	Allocations []Allocation `json:"allocations,omitempty"`
+	// Consumed is the capacity the allocations of a shared device consume together.
+	Consumed map[resourceapi.QualifiedName]resource.Quantity `json:"consumed,omitempty"`
+	// CountersShort are the counter sets that have too little left for the device (StateBlocked).
+	CountersShort []string `json:"countersShort,omitempty"`
+
+	// slice and device are the published objects (DeviceTaintRules applied).
+	slice  *resourceapi.ResourceSlice
+	device *resourceapi.Device
+}
+
+// ID is the device's identity as the allocator knows it.
+func (d *Device) ID() structured.DeviceID {
+	return structured.MakeDeviceID(d.Driver, d.Pool, d.Name)
+}
+
+// Published returns the device as published, with the DeviceTaintRules' taints added.
+func (d *Device) Published() *resourceapi.Device { return d.device }
+
+// Taint is a device taint and where it comes from.
+type Taint struct {
+	Key       string                        `json:"key"`
+	Value     string                        `json:"value,omitempty"`
+	Effect    resourceapi.DeviceTaintEffect `json:"effect"`
+	TimeAdded *metav1.Time                  `json:"timeAdded,omitempty"`
+	// Rule names the DeviceTaintRule that adds the taint; empty when the driver published it.
+	Rule string `json:"rule,omitempty"`
+}
+
+// Allocation is one claim's hold on a device.
+type Allocation struct {
+	// Claim is namespace/name.
+	Claim   string `json:"claim"`
+	Request string `json:"request"`
+	// Pods are the pods (namespace/name) the claim is reserved for.
+	Pods []string `json:"pods,omitempty"`
+	// Consumers are other reservedFor entries, as resource/name.
+	Consumers        []string                                        `json:"consumers,omitempty"`
+	ShareID          string                                          `json:"shareID,omitempty"`
+	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity `json:"consumedCapacity,omitempty"`
+	// AdminAccess allocations monitor a device without holding it.
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Device is set only for allocations of devices no slice publishes (Fleet.Unpublished).
+	Device string `json:"device,omitempty"`
+}
+
+// Holder names the claim and its pods, for messages: "default/c (pod default/p)".
+func (a Allocation) Holder() string {
+	s := a.Claim
+	if len(a.Pods) > 0 {
+		s += " (pod " + joinMax(a.Pods, 3) + ")"
+	}
+	return s
+}
+
+// Fleet is every published device and its use.
+type Fleet struct {
+	// Devices ordered by node, driver, pool, slice name and position in the slice.
+	Devices []*Device
+	// Unpublished are allocations of devices no slice publishes (a driver that went away).
+	Unpublished []Allocation
+	// Pending are the claims (namespace/name) without an allocation.
+	Pending     []string
+	CounterSets []*CounterSet
+	// Slices are the published slices with the DeviceTaintRules' taints added, as the
+	// scheduler's allocator sees them.
+	Slices []*resourceapi.ResourceSlice
+
+	byID  map[structured.DeviceID]*Device
+	state structured.AllocatedState
+}
+
+// Device returns the device with id, or nil.
+func (f *Fleet) Device(id structured.DeviceID) *Device { return f.byID[id] }
+
+// AllocatedState is what the scheduler passes to its allocator for the current claims: devices
+// held exclusively, shares of shared devices and the capacity they consume. Admin access does not
+// hold a device. The caller must not modify it.
+func (f *Fleet) AllocatedState() structured.AllocatedState { return f.state }
+
+// Build computes the fleet from in.
+func Build(in Input) *Fleet {
+	f := &Fleet{byID: map[structured.DeviceID]*Device{}}
+	var rules map[structured.DeviceID][]string
+	f.Slices, rules = applyTaintRules(in.Slices, in.TaintRules)
+	if in.BusyPoolsOnly {
+		busy := busyPools(f.Slices, in.Claims, rules)
+		f.Slices = slices.DeleteFunc(slices.Clone(f.Slices), func(sl *resourceapi.ResourceSlice) bool {
+			return !busy[poolKey{sl.Spec.Driver, sl.Spec.Pool.Name}]
+		})
+	}
+	caps := capacities{}
+	for _, sl := range f.Slices {
+		node := sliceNode(sl)
+		for i := range sl.Spec.Devices {
+			d := &sl.Spec.Devices[i]
+			dev := &Device{
+				Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Name: d.Name, Node: node,
+				Shared: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations,
+				slice:  sl, device: d,
+			}
+			if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
+				dev.Node = deviceNode(d)
+			}
+			if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
+				dev.Model = *a.StringValue
+			}
+			c := caps.of(sl.Spec.Driver, d.Capacity)
+			dev.Capacity, dev.Memory = c.all, c.memory
+			id := dev.ID()
+			dev.Taints = taintsOf(d.Taints, rules[id])
+			dev.Healthy = true
+			for _, t := range d.Taints {
+				if blocksScheduling(t.Effect) {
+					dev.Healthy = false
+				}
+			}
+			if _, dup := f.byID[id]; dup {
+				// Two slices of one pool publish the same device while the driver replaces a
+				// slice; the allocator uses the first, so does the fleet.
+				continue
+			}
+			f.byID[id] = dev
+			f.Devices = append(f.Devices, dev)
+		}
+	}
+	slices.SortStableFunc(f.Devices, func(a, b *Device) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.Pool, b.Pool),
+			cmp.Compare(a.slice.Name, b.slice.Name))
+	})
+	f.addAllocations(in.Claims)
+	f.addCounters()
+	for _, d := range f.Devices {
+		switch {
+		case len(d.Holders()) > 0 && d.Shared:
+			d.State = StateShared
+		case len(d.Holders()) > 0:
+			d.State = StateAllocated
+		case len(d.CountersShort) > 0:
+			d.State = StateBlocked
+		default:
+			d.State = StateFree
+		}
+	}
+	return f
+}
+
+// Holders are the allocations that hold the device: admin access only watches it.
+func (d *Device) Holders() []Allocation {
+	var out []Allocation
+	for _, a := range d.Allocations {
+		if !a.AdminAccess {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func sliceNode(sl *resourceapi.ResourceSlice) string {
+	switch {
+	case sl.Spec.NodeName != nil && *sl.Spec.NodeName != "":
+		return *sl.Spec.NodeName
+	case sl.Spec.AllNodes != nil && *sl.Spec.AllNodes:
+		return AllNodes
+	}
+	return SelectedNodes
+}
+
+func deviceNode(d *resourceapi.Device) string {
+	switch {
+	case d.NodeName != nil && *d.NodeName != "":
+		return *d.NodeName
+	case d.AllNodes != nil && *d.AllNodes:
+		return AllNodes
+	}
+	return SelectedNodes
+}
+
+// lookupAttribute finds an attribute by its name in the driver's domain, written either way.
+func lookupAttribute(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, driver, name string) (resourceapi.DeviceAttribute, bool) {
+	if a, ok := attrs[resourceapi.QualifiedName(name)]; ok {
+		return a, true
+	}
+	a, ok := attrs[resourceapi.QualifiedName(driver+"/"+name)]
+	return a, ok
+}
+
+func lookupCapacity(caps map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, driver, name string) (resourceapi.DeviceCapacity, bool) {
+	if c, ok := caps[resourceapi.QualifiedName(name)]; ok {
+		return c, true
+	}
+	c, ok := caps[resourceapi.QualifiedName(driver+"/"+name)]
+	return c, ok
+}
+
+func blocksScheduling(e resourceapi.DeviceTaintEffect) bool {
+	return e == resourceapi.DeviceTaintEffectNoSchedule || e == resourceapi.DeviceTaintEffectNoExecute
+}
+
+func joinMax(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:n], ", ") + " and " + strconv.Itoa(len(items)-n) + " more"
+}

@@ -1,0 +1,176 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	draclient "k8s.io/dynamic-resource-allocation/client"
+	"k8s.io/klog/v2"
+)
+
+// Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
+// the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
+// (as Nodes: labels only).
+type Informers struct {
+	slices, classes, nodes cache.SharedIndexInformer
+	factory                informers.SharedInformerFactory
+	onChange               func()
+}
+
+// PlainListWatch is lw, a list and watch through the DRA client (k8s.io/dynamic-resource-allocation/
+// client), opted out of watch-list streaming: its initial-events bookmark would have to survive the
+// version conversion, which list+watch does not need.
+func PlainListWatch(lw *cache.ListWatch) cache.ListerWatcher { return plainListWatch{lw} }
+
+type plainListWatch struct{ *cache.ListWatch }
+
+func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+// NewInformers prepares the informers; onChange runs after every add, update or delete (use it
+// to invalidate a View). Of each Node's status.allocatable only the resources listed in
+// keepAllocatable are kept (NodeAdvertising).
+func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func(), keepAllocatable ...v1.ResourceName) *Informers {
+	dra := draclient.New(cs)
+	i := &Informers{onChange: onChange}
+	in := NewInterner()
+	i.slices = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return in.listSlices(ctx, o, dra.ResourceSlices().List)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := dra.ResourceSlices().Watch(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, in.transformEvent), nil
+		},
+	}}, &Slice{}, resync, nil)
+	i.classes = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return dra.DeviceClasses().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return dra.DeviceClasses().Watch(ctx, o)
+		},
+	}}, &resourceapi.DeviceClass{}, resync, nil)
+	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
+	// never holds them decoded all at once. Transforms run before the informers start, so setting
+	// one cannot fail.
+	_ = i.classes.SetTransform(TransformClass)
+	i.factory = informers.NewSharedInformerFactoryWithOptions(cs, resync, informers.WithTransform(in.nodeLabelsOnly(keepAllocatable)))
+	i.nodes = i.factory.Core().V1().Nodes().Informer()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { i.changed() },
+		UpdateFunc: func(any, any) { i.changed() },
+		DeleteFunc: func(any) { i.changed() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{i.slices, i.classes} {
+		// Registration cannot fail before the informer runs.
+		_, _ = inf.AddEventHandler(handler)
+	}
+	// A node's status changes every few minutes (heartbeats, conditions) and, with the transform,
+	// leaves nothing the checks read changed: such an update must not throw away the View's index
+	// of thousands of nodes.
+	_, _ = i.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { i.changed() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*Node)
+			n, ok2 := newObj.(*Node)
+			if !ok1 || !ok2 || !sameNode(o, n) {
+				i.changed()
+			}
+		},
+		DeleteFunc: func(any) { i.changed() },
+	})
+	return i
+}
+
+// nodeLabelsOnly keeps what the allocator reads of a Node (name and labels), and of its
+// allocatable resources those in keep, as a Node: a thousand full Node objects are megabytes of
+// status nobody here looks at.
+func (in *Interner) nodeLabelsOnly(keep []v1.ResourceName) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		n, ok := obj.(*v1.Node)
+		if !ok {
+			return obj, nil
+		}
+		return in.node(n, func(name v1.ResourceName) bool { return slices.Contains(keep, name) }), nil
+	}
+}
+
+func (i *Informers) changed() {
+	if i.onChange != nil {
+		i.onChange()
+	}
+}
+
+// DeviceClasses lists the cached DeviceClasses (nil until synced).
+func (i *Informers) DeviceClasses() []*resourceapi.DeviceClass {
+	if !i.classes.HasSynced() {
+		return nil
+	}
+	return list[resourceapi.DeviceClass](i.classes)
+}
+
+// NodeAdvertising returns a node whose status.allocatable has more than zero of name (a device
+// plugin advertises it), or "" for none. name must be one NewInformers was told to keep.
+func (i *Informers) NodeAdvertising(name v1.ResourceName) string {
+	for _, o := range i.nodes.GetStore().List() {
+		if n, ok := o.(*Node); ok {
+			if q, ok := n.Allocatable[name]; ok && q.Sign() > 0 {
+				return n.Name
+			}
+		}
+	}
+	return ""
+}
+
+// Start runs the informers until ctx ends.
+func (i *Informers) Start(ctx context.Context) {
+	klog.FromContext(ctx).V(2).Info("Starting inventory informers")
+	go i.slices.RunWithContext(ctx)
+	go i.classes.RunWithContext(ctx)
+	i.factory.Start(ctx.Done())
+}
+
+// HasSynced reports whether the initial lists are in the caches.
+func (i *Informers) HasSynced() bool {
+	return i.slices.HasSynced() && i.classes.HasSynced() && i.nodes.HasSynced()
+}
+
+func list[T any](inf cache.SharedIndexInformer) []*T {
+	objs := inf.GetStore().List()
+	out := make([]*T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(*T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ErrNotSynced is what Published returns before the initial lists are in: a DeviceClass missing
+// from a half-filled cache is not missing from the cluster.
+var ErrNotSynced = errors.New("inventory caches not synced yet")
+
+// Published lists the cached objects, or fails with ErrNotSynced until HasSynced.
+func (i *Informers) Published() (*Objects, error) {
+	if !i.HasSynced() {
+		return nil, ErrNotSynced
+	}
+	return &Objects{
+		CompactSlices: list[Slice](i.slices),
+		Classes:       list[resourceapi.DeviceClass](i.classes),
+		CompactNodes:  list[Node](i.nodes),
+	}, nil
+}
