@@ -91,7 +91,9 @@ e2e-matrix: deps images ## the e2e suite on 1.32.13 (seed's beta flags), 1.34.2 
 e2e-upgrade: deps images ## the seed's story as an in-place upgrade 1.32.13 -> 1.33.13 -> 1.34.2 (own cluster; ~25 min cold)
 	@e2e/clusterupgrade.sh
 
-demo: deps images ## a local cluster, the chart installed, the seed's example run and shown
+# The demo shows the newest release unless K8S_VERSION is given (`make demo K8S_VERSION=1.34.2`).
+demo: K8S_VERSION = $(NEWEST_K8S_VERSION)
+demo: deps images ## a local cluster on the newest release, the chart installed, the seed's example and the tour run and shown
 	@e2e/demo.sh
 
 test: deps lint integration fuzz e2e e2e-newest ## everything: lint, unit, integration, fuzz, e2e on 1.34.2 and (but chaos) on 1.37.2
