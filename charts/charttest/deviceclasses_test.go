@@ -164,12 +164,14 @@ func TestExtendedResourceNameDefault(t *testing.T) {
 				t.Errorf("extendedResourceName = %q, want %q", got, tc.want)
 			}
 			m, _ := r.find("Deployment", "gpu-dra-webhook")
-			wantFlag := "--device-class=" + obj.Name
+			var d appsv1.Deployment
+			decode(t, m, &d)
+			want := obj.Name
 			if tc.want != "" {
-				wantFlag += "=" + tc.want
+				want += "=" + tc.want
 			}
-			if !strings.Contains(m.YAML, "- "+wantFlag+"\n") {
-				t.Errorf("webhook lacks %s", wantFlag)
+			if got := flagValue(d.Spec.Template.Spec.Containers[0].Command, "--device-classes"); got != want {
+				t.Errorf("webhook --device-classes=%s, want %s", got, want)
 			}
 		})
 	}

@@ -104,7 +104,7 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 	}
 	populate(ctx, t, srv.Clientset)
 
-	startWebhook(ctx, t, srv, func(o *Options) { o.NodeGroupsFile = "testdata/inventory-config.yaml" })
+	startWebhook(ctx, t, srv, func(o *Options) { o.NodeGroupsFile = "testdata/node-groups.yaml" })
 
 	admin, err := srv.Env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
