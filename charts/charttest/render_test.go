@@ -19,6 +19,8 @@ import (
 	"helm.sh/helm/v4/pkg/engine"
 	"helm.sh/helm/v4/pkg/strvals"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/hack/releases"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current chart")
@@ -40,10 +42,17 @@ type cluster struct {
 	wantResourceAPI string
 }
 
+// The tested releases (hack/releases), as Helm spells a cluster's version.
+var (
+	kubeOldest = "v" + releases.Oldest
+	kubeSeed   = "v" + releases.Seed
+	kubeNewest = "v" + releases.Newest
+)
+
 var clusters = []cluster{
-	{"k8s-1.32", "v1.32.13", []string{"v1beta1"}, "resource.k8s.io/v1beta1"},
-	{"k8s-1.34", "v1.34.2", []string{"v1", "v1beta1"}, "resource.k8s.io/v1"},
-	{"k8s-1.37", "v1.37.2", []string{"v1"}, "resource.k8s.io/v1"},
+	{"k8s-1.32", kubeOldest, []string{"v1beta1"}, "resource.k8s.io/v1beta1"},
+	{"k8s-1.34", kubeSeed, []string{"v1", "v1beta1"}, "resource.k8s.io/v1"},
+	{"k8s-1.37", kubeNewest, []string{"v1"}, "resource.k8s.io/v1"},
 }
 
 // baseAPIVersions are the GA group versions every supported cluster serves that the chart uses.

@@ -1,7 +1,9 @@
 # Shared settings and helpers of the local-cluster harness. Sourced, not run.
 # Everything built is cached outside the repository, keyed by version, so a clean clone reuses it.
 
-K8S_VERSION=${K8S_VERSION:-1.34.2}
+# shellcheck source=../../hack/releases/releases.env
+source "$(dirname "${BASH_SOURCE[0]}")/../../hack/releases/releases.env"
+K8S_VERSION=${K8S_VERSION:-$K8S_RELEASE_SEED}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.2.9}
 # hack/local-up-cluster.sh of 1.37 wants etcd 3.7; older releases are tested with 3.6.
 _k8s_minor=$(echo "$K8S_VERSION" | cut -d. -f2)
