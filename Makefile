@@ -4,8 +4,9 @@ SHELL := /usr/bin/env bash
 export PATH := /usr/local/go/bin:$(PATH)
 export GOFLAGS ?= -buildvcs=false
 
-# The tested Kubernetes releases (K8S_RELEASE_OLDEST, _SEED, _NEWEST, ...) have one home.
-include hack/releases/releases.env
+# The tested Kubernetes releases (K8S_RELEASE_*) and the project image (PROJECT_IMAGE_*) have one
+# home.
+include hack/buildenv/build.env
 K8S_VERSION ?= $(K8S_RELEASE_SEED)
 export K8S_VERSION
 # The newest release, where the DRA features of issues 16-18 are served (sharing, partitions, device
@@ -18,8 +19,8 @@ CACHE ?= $(or $(GPU_DRA_CACHE),$(HOME)/.cache/gpu-dra)
 export GPU_DRA_CACHE := $(CACHE)
 TOOLS := $(CACHE)/tools/bin
 ENVTEST_ASSETS := $(CACHE)/envtest/v$(K8S_VERSION)
-VERSION ?= dev
-PROJECT_IMAGE ?= ghcr.io/gpu-dra/gpu-dra:$(VERSION)
+VERSION ?= $(PROJECT_IMAGE_TAG)
+PROJECT_IMAGE ?= $(PROJECT_IMAGE_REPOSITORY):$(VERSION)
 export PROJECT_IMAGE
 BINARIES := gpu-kubelet-plugin gpu-webhook kubectl-dra
 FUZZTIME ?= 10s

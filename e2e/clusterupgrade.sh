@@ -2,7 +2,7 @@
 # The seed's story as an in-place upgrade (`make e2e-upgrade`): start a cluster of the oldest release
 # with the seed's DRA beta flags and etcd kept across restarts, then let e2e/clusterupgrade's test
 # install the chart and upgrade the control plane and the kubelet under running GPU pods, up to the
-# seed's release (hack/releases/releases.env).
+# seed's release (hack/buildenv/build.env).
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the end-to-end suite: on the cluster $KUBECONFIG names, or on a local cluster started here and
-# stopped afterwards. `run.sh matrix` runs it on each release of hack/releases/releases.env: the
+# stopped afterwards. `run.sh matrix` runs it on each release of hack/buildenv/build.env: the
 # oldest (with the seed's beta flags), the seed's and the newest.
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"

@@ -20,7 +20,7 @@ import (
 // The OpenAPI v3 documents of each Kubernetes release ship in the k8s.io/kubernetes module source
 // (api/openapi-spec/v3). They come from the module cache (`go mod download`), so no network is
 // needed once it is warm: `make deps` downloads the module of each tested release
-// (hack/releases/releases.env).
+// (hack/buildenv/build.env).
 
 // openAPIDir returns api/openapi-spec/v3 of k8s.io/kubernetes at version.
 func openAPIDir(t testing.TB, version string) string {

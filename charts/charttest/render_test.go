@@ -20,7 +20,7 @@ import (
 	"helm.sh/helm/v4/pkg/strvals"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-dra/gpu-dra/hack/releases"
+	"github.com/gpu-dra/gpu-dra/hack/buildenv"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current chart")
@@ -42,11 +42,11 @@ type cluster struct {
 	wantResourceAPI string
 }
 
-// The tested releases (hack/releases), as Helm spells a cluster's version.
+// The tested releases (hack/buildenv), as Helm spells a cluster's version.
 var (
-	kubeOldest = "v" + releases.Oldest
-	kubeSeed   = "v" + releases.Seed
-	kubeNewest = "v" + releases.Newest
+	kubeOldest = "v" + buildenv.Oldest
+	kubeSeed   = "v" + buildenv.Seed
+	kubeNewest = "v" + buildenv.Newest
 )
 
 var clusters = []cluster{
@@ -256,7 +256,7 @@ func itoa(i int) string {
 }
 
 // installSets is the single-node install of the e2e harness (images imported, never pulled).
-var installSets = []string{"image.repository=ghcr.io/gpu-dra/gpu-dra", "image.tag=dev", "image.pullPolicy=Never"}
+var installSets = []string{"image.repository=" + buildenv.ImageRepository, "image.tag=" + buildenv.ImageTag, "image.pullPolicy=Never"}
 
 // goldenCases are the renderings kept in testdata: one per supported cluster, plus each
 // certificate mode and the version override.

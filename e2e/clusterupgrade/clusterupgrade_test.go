@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
-	"github.com/gpu-dra/gpu-dra/hack/releases"
+	"github.com/gpu-dra/gpu-dra/hack/buildenv"
 )
 
 // The path of the seed note, one minor at a time as Kubernetes requires, with the API versions each
@@ -21,9 +21,9 @@ import (
 // follows it to 1.34 after a drain; 1.32's kubelet reads claims through v1beta1, so v1beta1 stays
 // served until then. The last step is the seed's 1.34 configuration: no extra flags, v1 only.
 var (
-	from = releases.Oldest
-	via  = releases.UpgradeVia
-	to   = releases.Seed
+	from = buildenv.Oldest
+	via  = buildenv.UpgradeVia
+	to   = buildenv.Seed
 )
 
 const (
