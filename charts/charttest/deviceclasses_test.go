@@ -52,6 +52,8 @@ func valuesYAML(t testing.TB, doc string, sets ...string) map[string]any {
 // TestDeviceClasses renders several classes for each supported release and follows them into
 // everything that names a class: the objects, the webhook's flags, its matchConditions, NOTES.
 func TestDeviceClasses(t *testing.T) {
+	// What the downward API gives the webhook.
+	t.Setenv("POD_NAMESPACE", "gpu-dra")
 	wantFlags := []podinject.DeviceClass{
 		{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"},
 		{Name: "gpu-timesliced.example.com", ExtendedResourceName: "gpu.example.com/timesliced-gpu"},

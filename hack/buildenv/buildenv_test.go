@@ -23,7 +23,7 @@ func TestReleases(t *testing.T) {
 
 func TestImage(t *testing.T) {
 	for _, tc := range []struct{ env, repo, tag string }{
-		{"", "ghcr.io/gpu-dra/gpu-dra", "dev"},
+		{"", ImageRepository, ImageTag},
 		{"ghcr.io/gpu-dra/gpu-dra:v0.2.0", "ghcr.io/gpu-dra/gpu-dra", "v0.2.0"},
 		{"localhost:5000/gpu-dra:dev", "localhost:5000/gpu-dra", "dev"},
 		{"localhost:5000/gpu-dra", "localhost:5000/gpu-dra", "latest"},

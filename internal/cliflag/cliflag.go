@@ -7,9 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 )
+
+// PodNamespace is the default of a flag naming the daemon's own namespace: $POD_NAMESPACE, which
+// the chart sets from the downward API; empty without it, so that Validate asks for the flag
+// instead of the daemon guessing a namespace.
+func PodNamespace() string { return os.Getenv("POD_NAMESPACE") }
 
 // Disabled is the bind address that turns an endpoint off.
 const Disabled = "0"

@@ -241,6 +241,8 @@ func tryStartWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Serve
 		probe = freeAddr(t)
 	}
 	opts := NewOptions()
+	// The API server's own namespace unless a test names another.
+	opts.Namespace = "default"
 	opts.CertDir, opts.Host, opts.Port = wio.LocalServingCertDir, wio.LocalServingHost, wio.LocalServingPort
 	opts.HealthProbeBindAddress, opts.MetricsBindAddress = probe, "0"
 	edit(opts)

@@ -4,11 +4,9 @@
 package server
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -70,7 +68,7 @@ func NewOptions() *Options {
 		MetricsBindAddress:       ":8080",
 		Timeouts:                 DefaultTimeouts(),
 		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
-		Namespace:                cmp.Or(os.Getenv("POD_NAMESPACE"), "default"),
+		Namespace:                cliflag.PodNamespace(),
 	}
 }
 
@@ -117,6 +115,9 @@ func (o *Options) Validate() error {
 		deviceschema.ValidateDriverName("--driver-name", o.DriverName),
 		cliflag.ValidateBindAddress("health-probe-bind-address", o.HealthProbeBindAddress),
 		cliflag.ValidateBindAddress("metrics-bind-address", o.MetricsBindAddress),
+	}
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace: required (default $POD_NAMESPACE); set it to the webhook's namespace"))
 	}
 	if o.MaxTemplatesPerNamespace < 1 {
 		errs = append(errs, fmt.Errorf("--max-templates-per-namespace=%d: use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace))

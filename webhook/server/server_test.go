@@ -29,6 +29,7 @@ import (
 
 // TestFlags: list flags are comma-separated, and a later use replaces the list.
 func TestFlags(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "gpu-dra")
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -74,6 +75,7 @@ func TestFlags(t *testing.T) {
 
 // TestValidate: every bad option is reported at once, each naming its flag.
 func TestValidate(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
 	o := NewOptions()
 	o.DriverName = "GPU_Example"
 	o.Port = 0
@@ -86,13 +88,17 @@ func TestValidate(t *testing.T) {
 		t.Fatal("Validate accepted every bad option")
 	}
 	for _, want := range []string{`--driver-name="GPU_Example"`, "--port=0", "--max-templates-per-namespace=0", `--health-probe-bind-address=""`,
-		`--metrics-bind-address=":http-metrics"`, "--device-classes: bad=kubernetes.io/gpu", "--device-classes: an entry has no class name"} {
+		`--metrics-bind-address=":http-metrics"`, "--device-classes: bad=kubernetes.io/gpu", "--device-classes: an entry has no class name",
+		"--namespace: required (default $POD_NAMESPACE)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v\nwant it to name %s", err, want)
 		}
 	}
-	if err := NewOptions().Validate(); err != nil {
-		t.Errorf("defaults: %v", err)
+	t.Setenv("POD_NAMESPACE", "gpu-dra")
+	if o := NewOptions(); o.Namespace != "gpu-dra" {
+		t.Errorf("namespace %q, want $POD_NAMESPACE", o.Namespace)
+	} else if err := o.Validate(); err != nil {
+		t.Errorf("defaults with $POD_NAMESPACE: %v", err)
 	}
 }
 
@@ -152,6 +158,7 @@ func startWebhookServer(t *testing.T, o *Options, handler http.Handler) string {
 	o.Host = host
 	o.Port, _ = strconv.Atoi(portStr)
 	o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0"
+	o.Namespace = "default"
 	// No API server is needed: nothing here reads from it.
 	mgr, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, o)
 	if err != nil {
