@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
+	"github.com/gpu-dra/gpu-dra/driver/metrics"
 )
 
 // ClaimGetter reads ResourceClaims in whatever version the server serves
@@ -164,7 +165,7 @@ func (d *Driver) loadState(ctx context.Context) (*checkpoint.Data, *rebuilt, err
 	if err == nil {
 		return data, nil, nil
 	}
-	d.metrics.Error("checkpoint")
+	d.metrics.Error(metrics.ComponentCheckpoint)
 	var corrupt *checkpoint.CorruptError
 	if !errors.As(err, &corrupt) || data == nil {
 		return nil, nil, err
