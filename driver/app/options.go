@@ -119,8 +119,8 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--kubelet-plugins-dir: must not be empty, e.g. /var/lib/kubelet/plugins"))
 	}
 	errs = append(errs,
-		cliflag.ValidateBindAddress("health-probe-bind-address", o.HealthProbeBindAddress),
-		cliflag.ValidateBindAddress("metrics-bind-address", o.MetricsBindAddress))
+		cliflag.ValidateBindAddress("--health-probe-bind-address", o.HealthProbeBindAddress),
+		cliflag.ValidateBindAddress("--metrics-bind-address", o.MetricsBindAddress))
 	for _, k := range o.NoExecuteFaultKinds {
 		if _, err := faults.ParseKind(k); err != nil {
 			errs = append(errs, fmt.Errorf("--no-execute-fault-kinds=%s: %w", strings.Join(o.NoExecuteFaultKinds, ","), err))

@@ -37,7 +37,8 @@ func Split(s string) []string {
 	return items
 }
 
-// ValidateBindAddress checks the value of a --*-bind-address flag: host:port, :port, or "0".
+// ValidateBindAddress checks addr, the value of the bind-address flag name: host:port, :port,
+// or "0".
 func ValidateBindAddress(name, addr string) error {
 	if addr == Disabled {
 		return nil
@@ -49,7 +50,7 @@ func ValidateBindAddress(name, addr string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("--%s=%q: %w; use host:port or :port, e.g. :8080, or %s to disable", name, addr, err, Disabled)
+		return fmt.Errorf("%s=%q: %w; use host:port or :port, e.g. :8080, or %s to disable", name, addr, err, Disabled)
 	}
 	return nil
 }

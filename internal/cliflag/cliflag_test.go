@@ -49,7 +49,7 @@ func TestValidateBindAddress(t *testing.T) {
 		{addr: ":70000", wantErr: `port "70000" is not a number`},
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
-			err := ValidateBindAddress("metrics-bind-address", tc.addr)
+			err := ValidateBindAddress("--metrics-bind-address", tc.addr)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)

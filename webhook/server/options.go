@@ -113,8 +113,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 func (o *Options) Validate() error {
 	errs := []error{
 		deviceschema.ValidateDriverName("--driver-name", o.DriverName),
-		cliflag.ValidateBindAddress("health-probe-bind-address", o.HealthProbeBindAddress),
-		cliflag.ValidateBindAddress("metrics-bind-address", o.MetricsBindAddress),
+		cliflag.ValidateBindAddress("--health-probe-bind-address", o.HealthProbeBindAddress),
+		cliflag.ValidateBindAddress("--metrics-bind-address", o.MetricsBindAddress),
 	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace: required (default $POD_NAMESPACE); set it to the webhook's namespace"))
