@@ -309,3 +309,12 @@ func BenchmarkRender(b *testing.B) {
 		}
 	}
 }
+
+// TestImageRepository: the chart's default image is the one `make images` builds and the e2e suite
+// installs (hack/buildenv).
+func TestImageRepository(t *testing.T) {
+	image, _ := loadChart(t).Values["image"].(map[string]any)
+	if got := image["repository"]; got != buildenv.ImageRepository {
+		t.Errorf("values.yaml image.repository = %v; hack/buildenv/build.env builds %s", got, buildenv.ImageRepository)
+	}
+}
