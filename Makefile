@@ -4,20 +4,23 @@ SHELL := /usr/bin/env bash
 export PATH := /usr/local/go/bin:$(PATH)
 export GOFLAGS ?= -buildvcs=false
 
-K8S_VERSION ?= 1.34.2
+# The tested Kubernetes releases (K8S_RELEASE_*) and the project image (PROJECT_IMAGE_*) have one
+# home.
+include hack/buildenv/build.env
+K8S_VERSION ?= $(K8S_RELEASE_SEED)
 export K8S_VERSION
 # The newest release, where the DRA features of issues 16-18 are served (sharing, partitions, device
 # taints, resource health, extended resources): `make test` runs the suite there too, but for the
 # chaos runs and the plugin restart, which `make e2e` covers on K8S_VERSION and which do not differ by release,
 # and the upstream eviction-time demo, which waits out its 300 s toleration (`make e2e-matrix` runs it).
-NEWEST_K8S_VERSION ?= 1.37.2
+NEWEST_K8S_VERSION ?= $(K8S_RELEASE_NEWEST)
 NEWEST_E2E_SKIP ?= Chaos|TestPluginRestart|TestDeviceTaintDemos/device-taint-configurable-pod-eviction-time
 CACHE ?= $(or $(GPU_DRA_CACHE),$(HOME)/.cache/gpu-dra)
 export GPU_DRA_CACHE := $(CACHE)
 TOOLS := $(CACHE)/tools/bin
 ENVTEST_ASSETS := $(CACHE)/envtest/v$(K8S_VERSION)
-VERSION ?= dev
-PROJECT_IMAGE ?= ghcr.io/gpu-dra/gpu-dra:$(VERSION)
+VERSION ?= $(PROJECT_IMAGE_TAG)
+PROJECT_IMAGE ?= $(PROJECT_IMAGE_REPOSITORY):$(VERSION)
 export PROJECT_IMAGE
 BINARIES := gpu-kubelet-plugin gpu-webhook kubectl-dra
 FUZZTIME ?= 10s
@@ -30,7 +33,9 @@ UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$')
 all: build
 
 help: ## list targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}' | \
+	  sed -e 's/\$$(K8S_RELEASE_OLDEST)/$(K8S_RELEASE_OLDEST)/g' -e 's/\$$(K8S_RELEASE_UPGRADE_VIA)/$(K8S_RELEASE_UPGRADE_VIA)/g' \
+	    -e 's/\$$(K8S_RELEASE_SEED)/$(K8S_RELEASE_SEED)/g' -e 's/\$$(K8S_RELEASE_NEWEST)/$(K8S_RELEASE_NEWEST)/g'
 
 build: ## build the project's binaries into _output/bin
 	@mkdir -p _output/bin
@@ -82,13 +87,13 @@ cluster-down: ## stop the local cluster and clean up (WIPE=1 deletes its state)
 e2e: deps images ## end-to-end suite: on $$KUBECONFIG's cluster if set, else on a local cluster it starts and stops
 	@e2e/run.sh
 
-e2e-newest: deps images ## the e2e suite on the newest release (1.37.2), but the chaos runs, the plugin restart and a 5-minute eviction wait
+e2e-newest: deps images ## the e2e suite on the newest release ($(K8S_RELEASE_NEWEST)), but the chaos runs, the plugin restart and a 5-minute eviction wait
 	@K8S_VERSION=$(NEWEST_K8S_VERSION) E2E_SKIP='$(NEWEST_E2E_SKIP)' e2e/run.sh
 
-e2e-matrix: deps images ## the e2e suite on 1.32.13 (seed's beta flags), 1.34.2 and 1.37.2
+e2e-matrix: deps images ## the e2e suite on $(K8S_RELEASE_OLDEST) (seed's beta flags), $(K8S_RELEASE_SEED) and $(K8S_RELEASE_NEWEST)
 	@e2e/run.sh matrix
 
-e2e-upgrade: deps images ## the seed's story as an in-place upgrade 1.32.13 -> 1.33.13 -> 1.34.2 (own cluster; ~25 min cold)
+e2e-upgrade: deps images ## the seed's story as an in-place upgrade $(K8S_RELEASE_OLDEST) -> $(K8S_RELEASE_UPGRADE_VIA) -> $(K8S_RELEASE_SEED) (own cluster; ~25 min cold)
 	@e2e/clusterupgrade.sh
 
 # The demo shows the newest release unless K8S_VERSION is given (`make demo K8S_VERSION=1.34.2`).
@@ -96,7 +101,7 @@ demo: K8S_VERSION = $(NEWEST_K8S_VERSION)
 demo: deps images ## a local cluster on the newest release, the chart installed, the seed's example and the tour run and shown
 	@e2e/demo.sh
 
-test: deps lint integration fuzz e2e e2e-newest ## everything: lint, unit, integration, fuzz, e2e on 1.34.2 and (but chaos) on 1.37.2
+test: deps lint integration fuzz e2e e2e-newest ## everything: lint, unit, integration, fuzz, e2e on $(K8S_RELEASE_SEED) and (but chaos) on $(K8S_RELEASE_NEWEST)
 
 clean:
 	rm -rf _output

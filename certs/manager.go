@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 )
 
 // Modes of --cert-mode.
@@ -47,7 +49,7 @@ type Options struct {
 
 // NewOptions returns the defaults; the namespace comes from $POD_NAMESPACE (downward API).
 func NewOptions() *Options {
-	return &Options{Mode: ModeFile, Namespace: os.Getenv("POD_NAMESPACE"), SyncInterval: DefaultSyncInterval}
+	return &Options{Mode: ModeFile, Namespace: cliflag.PodNamespace(), SyncInterval: DefaultSyncInterval}
 }
 
 // AddFlags registers the certificate flags on fs, with the current values as defaults.

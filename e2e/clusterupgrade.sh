@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The seed's story as an in-place upgrade (`make e2e-upgrade`): start a 1.32.13 cluster with the
-# seed's DRA beta flags and etcd kept across restarts, then let e2e/clusterupgrade's test install the chart
-# and upgrade the control plane and the kubelet under running GPU pods, up to 1.34.2.
+# The seed's story as an in-place upgrade (`make e2e-upgrade`): start a cluster of the oldest release
+# with the seed's DRA beta flags and etcd kept across restarts, then let e2e/clusterupgrade's test
+# install the chart and upgrade the control plane and the kubelet under running GPU pods, up to the
+# seed's release (hack/buildenv/build.env).
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
-FROM=1.32.13 VIA=1.33.13 TO=1.34.2
+FROM=$K8S_RELEASE_OLDEST VIA=$K8S_RELEASE_UPGRADE_VIA TO=$K8S_RELEASE_SEED
 
 if cluster_running; then
   die "a local cluster is already running; the scenario needs its own: 'make cluster-down' first"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the end-to-end suite: on the cluster $KUBECONFIG names, or on a local cluster started here and
-# stopped afterwards. `run.sh matrix` runs it on 1.32.13 (the seed's beta flags), 1.34.2 and 1.37.2.
+# stopped afterwards. `run.sh matrix` runs it on each release of hack/buildenv/build.env: the
+# oldest (with the seed's beta flags), the seed's and the newest.
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
@@ -29,9 +30,9 @@ mkdir -p "$REPO/_output"
 # The suite installs the chart with the helm CLI.
 "$HERE/build-tools.sh" helm
 if [ "${1:-}" = matrix ]; then
-  for v in 1.32.13 1.34.2 1.37.2; do
+  for v in "$K8S_RELEASE_OLDEST" "$K8S_RELEASE_SEED" "$K8S_RELEASE_NEWEST"; do
     unset RUNTIME_CONFIG FEATURE_GATES
-    if [ "$v" = 1.32.13 ]; then
+    if [ "$v" = "$K8S_RELEASE_OLDEST" ]; then
       export RUNTIME_CONFIG=resource.k8s.io/v1beta1=true FEATURE_GATES=DynamicResourceAllocation=true
     fi
     export K8S_VERSION=$v

@@ -30,6 +30,6 @@ install_tool benchstat golang.org/x/perf/cmd/benchstat@${BENCHSTAT_VERSION:-v0.0
 # The load tool of `make bench`: a separate process sends the webhook its AdmissionReviews.
 install_tool vegeta github.com/tsenart/vegeta/v12@${VEGETA_VERSION:-v12.13.0}
 # The chart tests validate rendered manifests against the OpenAPI specs shipped in these releases.
-timed "go mod download k8s.io/kubernetes (OpenAPI specs 1.32/1.34/1.37)" \
-  go mod download k8s.io/kubernetes@v1.32.13 k8s.io/kubernetes@v1.34.2 k8s.io/kubernetes@v1.37.2
+timed "go mod download k8s.io/kubernetes (OpenAPI specs $K8S_RELEASE_OLDEST/$K8S_RELEASE_SEED/$K8S_RELEASE_NEWEST)" \
+  go mod download k8s.io/kubernetes@v$K8S_RELEASE_OLDEST k8s.io/kubernetes@v$K8S_RELEASE_SEED k8s.io/kubernetes@v$K8S_RELEASE_NEWEST
 step "tools ready in $bin"

@@ -39,12 +39,12 @@ func TestLint(t *testing.T) {
 		kube string
 		sets []string
 	}{
-		{"defaults-1.32", "v1.32.13", nil},
-		{"defaults-1.37", "v1.37.2", nil},
-		{"install-1.34", "v1.34.2", installSets},
-		{"cert-manager", "v1.34.2", []string{"certs.mode=cert-manager"}},
-		{"secret", "v1.37.2", []string{"certs.mode=secret", "certs.secret.name=tls", "certs.secret.caBundle=Q0EK"}},
-		{"v1beta1-no-hooks", "v1.32.13", []string{"resourceApiVersion=v1beta1", "cleanup.enabled=false", "admissionPolicy.enabled=false"}},
+		{"defaults-1.32", kubeOldest, nil},
+		{"defaults-1.37", kubeNewest, nil},
+		{"install-1.34", kubeSeed, installSets},
+		{"cert-manager", kubeSeed, []string{"certs.mode=cert-manager"}},
+		{"secret", kubeNewest, []string{"certs.mode=secret", "certs.secret.name=tls", "certs.secret.caBundle=Q0EK"}},
+		{"v1beta1-no-hooks", kubeOldest, []string{"resourceApiVersion=v1beta1", "cleanup.enabled=false", "admissionPolicy.enabled=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kv, err := common.ParseKubeVersion(tc.kube)
@@ -87,7 +87,7 @@ func dryRunInstall(kv *common.KubeVersion) *action.Install {
 // TestHelmInstallDryRun is `helm install gpu-dra charts/gpu-dra -n gpu-dra --set ... --dry-run`
 // through Helm's own install action: kubeVersion constraint, schema, hooks and notes included.
 func TestHelmInstallDryRun(t *testing.T) {
-	for _, kube := range []string{"v1.32.13", "v1.34.2", "v1.37.2"} {
+	for _, kube := range []string{kubeOldest, kubeSeed, kubeNewest} {
 		t.Run(kube, func(t *testing.T) {
 			kv, err := common.ParseKubeVersion(kube)
 			if err != nil {

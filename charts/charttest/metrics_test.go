@@ -55,7 +55,7 @@ func containerPort(pod corev1.PodTemplateSpec, name string) int32 {
 
 // TestMetricsServices: every cluster gets a headless metrics Service per component that selects
 // exactly that component's pods and reaches the container port the binary serves /metrics on
-// (--metrics-addr=:8080, --metrics-bind-address=:8080).
+// (--metrics-bind-address=:8080).
 func TestMetricsServices(t *testing.T) {
 	for _, c := range clusters {
 		t.Run(c.name, func(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 
 // The OpenAPI v3 documents of each Kubernetes release ship in the k8s.io/kubernetes module source
 // (api/openapi-spec/v3). They come from the module cache (`go mod download`), so no network is
-// needed once it is warm: `go mod download k8s.io/kubernetes@v1.32.13 k8s.io/kubernetes@v1.34.2
-// k8s.io/kubernetes@v1.37.2`.
+// needed once it is warm: `make deps` downloads the module of each tested release
+// (hack/buildenv/build.env).
 
 // openAPIDir returns api/openapi-spec/v3 of k8s.io/kubernetes at version.
 func openAPIDir(t testing.TB, version string) string {
@@ -260,11 +260,11 @@ func TestOpenAPIValidatorCatchesMistakes(t *testing.T) {
 		m       manifest
 		want    string
 	}{
-		{"unknown field", "v1.32.13", mutate(ds, func(o map[string]any) { get(o, "spec")["updateStrategyy"] = map[string]any{} }), "updateStrategyy"},
-		{"wrong type", "v1.32.13", mutate(ds, func(o map[string]any) { get(o, "spec", "template", "spec")["hostNetwork"] = "yes" }), "hostNetwork"},
-		{"missing required", "v1.32.13", mutate(ds, func(o map[string]any) { delete(get(o, "spec"), "selector") }), "selector"},
-		{"v1 on 1.32", "v1.32.13", mutate(dc, func(o map[string]any) { o["apiVersion"] = "resource.k8s.io/v1" }), "resource.k8s.io/v1"},
-		{"v1beta2 on 1.32", "v1.32.13", mutate(dc, func(o map[string]any) { o["apiVersion"] = "resource.k8s.io/v1beta2" }), "resource.k8s.io/v1beta2"},
+		{"unknown field", kubeOldest, mutate(ds, func(o map[string]any) { get(o, "spec")["updateStrategyy"] = map[string]any{} }), "updateStrategyy"},
+		{"wrong type", kubeOldest, mutate(ds, func(o map[string]any) { get(o, "spec", "template", "spec")["hostNetwork"] = "yes" }), "hostNetwork"},
+		{"missing required", kubeOldest, mutate(ds, func(o map[string]any) { delete(get(o, "spec"), "selector") }), "selector"},
+		{"v1 on 1.32", kubeOldest, mutate(dc, func(o map[string]any) { o["apiVersion"] = "resource.k8s.io/v1" }), "resource.k8s.io/v1"},
+		{"v1beta2 on 1.32", kubeOldest, mutate(dc, func(o map[string]any) { o["apiVersion"] = "resource.k8s.io/v1beta2" }), "resource.k8s.io/v1beta2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := schemasFor(t, tc.version).validateObject(tc.m)

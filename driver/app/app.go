@@ -32,6 +32,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
@@ -138,7 +139,7 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 		return err
 	}
 
-	if p.stopMetrics, err = serve(ctx, "metrics", p.o.MetricsAddr, func(mux *http.ServeMux) { mux.Handle("/metrics", p.metrics.Handler()) }); err != nil {
+	if p.stopMetrics, err = serve(ctx, "metrics", p.o.MetricsBindAddress, func(mux *http.ServeMux) { mux.Handle("/metrics", p.metrics.Handler()) }); err != nil {
 		return err
 	}
 	if err := p.startHelper(ctx, node, source); err != nil {
@@ -148,7 +149,7 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 	p.startWatcher(ctx, spec)
 
 	checker := &liveness.Checker{DriverName: p.o.DriverName, RegistrationSocket: p.o.RegistrationSocket(), DRASocket: p.o.DRASocket()}
-	p.stopHealth, err = serve(ctx, "health", p.o.HealthAddr, func(mux *http.ServeMux) {
+	p.stopHealth, err = serve(ctx, "health", p.o.HealthProbeBindAddress, func(mux *http.ServeMux) {
 		h := http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"sockets": checker.Healthz}})
 		mux.Handle("/healthz", h)
 		mux.Handle("/healthz/", h)
@@ -335,9 +336,9 @@ func getNode(ctx context.Context, cs kubernetes.Interface, name string) (*corev1
 	return node, nil
 }
 
-// serve starts an HTTP server on addr; an empty addr disables it.
+// serve starts an HTTP server on addr; cliflag.Disabled turns it off.
 func serve(ctx context.Context, name, addr string, register func(*http.ServeMux)) (func(), error) {
-	if addr == "" {
+	if addr == cliflag.Disabled {
 		return func() {}, nil
 	}
 	mux := http.NewServeMux()

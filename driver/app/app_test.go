@@ -3,6 +3,7 @@ package app
 import (
 	"flag"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,16 +12,24 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	good := Options{DriverName: "gpu.example.com", NodeName: "n", RegistrarDir: "/r", PluginsDir: "/p"}
+	good := Options{DriverName: "gpu.example.com", NodeName: "n", RegistrarDir: "/r", PluginsDir: "/p", HealthProbeBindAddress: ":8081", MetricsBindAddress: "127.0.0.1:8080"}
 	tests := []struct {
 		name    string
 		mutate  func(*Options)
 		wantErr string
 	}{
 		{name: "good", mutate: func(*Options) {}},
-		{name: "no node", mutate: func(o *Options) { o.NodeName = "" }, wantErr: "--node-name (or env NODE_NAME) is required"},
-		{name: "bad driver name", mutate: func(o *Options) { o.DriverName = "GPU_Example" }, wantErr: "--driver-name \"GPU_Example\""},
+		{name: "no node", mutate: func(o *Options) { o.NodeName = "" }, wantErr: "--node-name: required (default $NODE_NAME)"},
+		{name: "bad driver name", mutate: func(o *Options) { o.DriverName = "GPU_Example" }, wantErr: `--driver-name="GPU_Example"`},
 		{name: "no plugins dir", mutate: func(o *Options) { o.PluginsDir = "" }, wantErr: "--kubelet-plugins-dir"},
+		{name: "endpoints off", mutate: func(o *Options) { o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0" }},
+		{name: "empty bind address", mutate: func(o *Options) { o.MetricsBindAddress = "" }, wantErr: `--metrics-bind-address="": missing port in address; use host:port or :port, e.g. :8080, or 0 to disable`},
+		{name: "every error at once", mutate: func(o *Options) {
+			o.NodeName, o.RegistrarDir, o.HealthProbeBindAddress, o.NoExecuteFaultKinds, o.FaultsConfigMap = "", "", "localhost", []string{"typo"}, "no-namespace"
+		}, wantErr: "--node-name: required (default $NODE_NAME); set it from the downward API spec.nodeName\n" +
+			"--kubelet-registrar-dir: must not be empty, e.g. /var/lib/kubelet/plugins_registry\n" +
+			`--health-probe-bind-address="localhost": address localhost: missing port in address; use host:port or :port, e.g. :8080, or 0 to disable` + "\n" +
+			`--no-execute-fault-kinds=typo: unknown fault kind "typo"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,19 +83,17 @@ func TestKubeletSupportsRollingUpdate(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	tests := []struct {
-		name     string
-		args     []string
-		wantFile string
-		wantPoll time.Duration
+		name      string
+		args      []string
+		wantFile  string
+		wantPoll  time.Duration
+		wantKinds []string
 		// status and metadata are on unless turned off
 		wantNoStatus, wantNoMetadata bool
 	}{
 		{name: "defaults", wantPoll: 10 * time.Second},
 		{name: "node groups", args: []string{"--node-groups=/etc/gpu-dra/groups.yaml", "--node-groups-poll-interval=1s"}, wantFile: "/etc/gpu-dra/groups.yaml", wantPoll: time.Second},
-		// The previous chart's flags, during a mixed rollout.
-		{name: "deprecated names", args: []string{"--inventory-config=/etc/gpu-dra/inventory.yaml", "--inventory-poll-interval=2s"}, wantFile: "/etc/gpu-dra/inventory.yaml", wantPoll: 2 * time.Second},
-		// Bounded the slice cleanup on SIGTERM, which is gone; a manifest that sets it still starts.
-		{name: "retired flag", args: []string{"--shutdown-timeout=30s"}, wantPoll: 10 * time.Second},
+		{name: "no-execute kinds replaced", args: []string{"--no-execute-fault-kinds=xid", "--no-execute-fault-kinds=fallen-off, xid,"}, wantPoll: 10 * time.Second, wantKinds: []string{"fallen-off", "xid"}},
 		{name: "claim status and device metadata off", args: []string{"--device-status=false", "--device-metadata=false"}, wantPoll: 10 * time.Second, wantNoStatus: true, wantNoMetadata: true},
 	}
 	for _, tc := range tests {
@@ -99,6 +106,9 @@ func TestFlags(t *testing.T) {
 			}
 			if o.NodeGroupsFile != tc.wantFile || o.NodeGroupsPollInterval != tc.wantPoll {
 				t.Errorf("node groups %q every %v, want %q every %v", o.NodeGroupsFile, o.NodeGroupsPollInterval, tc.wantFile, tc.wantPoll)
+			}
+			if !slices.Equal(o.NoExecuteFaultKinds, tc.wantKinds) {
+				t.Errorf("no-execute fault kinds %q, want %q", o.NoExecuteFaultKinds, tc.wantKinds)
 			}
 			if o.DeviceStatus == tc.wantNoStatus || o.DeviceMetadata == tc.wantNoMetadata {
 				t.Errorf("device status %v, metadata %v", o.DeviceStatus, o.DeviceMetadata)

@@ -18,8 +18,9 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/flagalias"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
 // Options are the plugin's settings; AddFlags gives each its flag.
@@ -33,8 +34,10 @@ type Options struct {
 	RegistrarDir   string
 	PluginsDir     string
 	CDIRoot        string
-	HealthAddr     string
-	MetricsAddr    string
+	// HealthProbeBindAddress and MetricsBindAddress are where /healthz and /metrics are served;
+	// cliflag.Disabled turns one off.
+	HealthProbeBindAddress string
+	MetricsBindAddress     string
 	// KubeAPIQPS and KubeAPIBurst limit the client. Every NodePrepareResources reads its claims
 	// from the API server; client-go's default of 5 QPS would add 200ms to each prepare once the
 	// burst is spent.
@@ -67,8 +70,8 @@ func NewOptions() *Options {
 		RegistrarDir:           kubeletplugin.KubeletRegistryDir,
 		PluginsDir:             kubeletplugin.KubeletPluginsDir,
 		CDIRoot:                cdi.DefaultRoot,
-		HealthAddr:             ":8081",
-		MetricsAddr:            ":8080",
+		HealthProbeBindAddress: ":8081",
+		MetricsBindAddress:     ":8080",
 		KubeAPIQPS:             50,
 		KubeAPIBurst:           100,
 		NodeGroupsPollInterval: 10 * time.Second,
@@ -79,58 +82,54 @@ func NewOptions() *Options {
 
 // AddFlags registers the plugin's flags on fs, with the current values as defaults.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.DriverName, "driver-name", o.DriverName, "DRA driver name; also the DeviceClass's driver and the attribute domain.")
-	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Node this plugin runs on (default: env NODE_NAME, from the downward API spec.nodeName).")
-	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this pod (default: env POD_UID, from metadata.uid); enables rolling updates; empty disables them.")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig file; empty means in-cluster config.")
-	fs.StringVar(&o.NodeGroupsFile, "node-groups", o.NodeGroupsFile, "Node-groups file (YAML); empty means 8 default GPUs per node.")
-	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", o.RegistrarDir, "Directory where the kubelet watches for plugin registration sockets.")
-	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", o.PluginsDir, "Parent of the plugin data directory (<dir>/<driver name>: DRA socket, checkpoint).")
-	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "Directory for CDI spec files; the container runtime must read it.")
-	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "Address of the liveness endpoint /healthz; empty disables it.")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address of the Prometheus endpoint /metrics; empty disables it.")
-	fs.DurationVar(&o.NodeGroupsPollInterval, "node-groups-poll-interval", o.NodeGroupsPollInterval, "How often --node-groups is re-read; a change re-publishes the node's devices.")
-	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (each prepare reads its claims).")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
-	fs.BoolVar(&o.DeviceStatus, "device-status", o.DeviceStatus, "Record each prepared device's uuid, model, index and driverVersion in its ResourceClaim's status.devices (needs patch on resourceclaims/status).")
-	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "Bind-mount a device metadata file per claim and request into containers (/var/run/kubernetes.io/dra-device-attributes/...), through a CDI spec in --cdi-root.")
-	fs.StringVar(&o.FaultsConfigMap, "faults-configmap", o.FaultsConfigMap, "ConfigMap (namespace/name) of simulated device faults, written by `kubectl dra fault`; its key <node name> holds this node's. Empty disables them.")
-	fs.Func("no-execute-fault-kinds", "Comma-separated fault kinds ("+strings.Join(faults.KindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule.", func(s string) error {
-		o.NoExecuteFaultKinds = nil
-		for _, k := range strings.Split(s, ",") {
-			if k = strings.TrimSpace(k); k != "" {
-				o.NoExecuteFaultKinds = append(o.NoExecuteFaultKinds, k)
-			}
-		}
+	fs.StringVar(&o.DriverName, "driver-name", o.DriverName, "DRA driver name; also the DeviceClass's driver and the attribute domain")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "node this plugin runs on (default $NODE_NAME, from the downward API spec.nodeName)")
+	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this pod (default $POD_UID, from metadata.uid); enables rolling updates, empty disables them")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster config")
+	fs.StringVar(&o.NodeGroupsFile, "node-groups", o.NodeGroupsFile, "node-groups file (YAML); empty means "+nodegroups.DefaultGroupDescription)
+	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", o.RegistrarDir, "directory where the kubelet watches for plugin registration sockets")
+	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", o.PluginsDir, "parent of the plugin data directory (<dir>/<driver name>: DRA socket, checkpoint)")
+	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "directory for CDI spec files; the container runtime must read it")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the liveness probe endpoint /healthz (0 disables)")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus endpoint /metrics (0 disables)")
+	fs.DurationVar(&o.NodeGroupsPollInterval, "node-groups-poll-interval", o.NodeGroupsPollInterval, "how often --node-groups is re-read; a change re-publishes the node's devices")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "queries per second to the API server (each prepare reads its claims)")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server")
+	fs.BoolVar(&o.DeviceStatus, "device-status", o.DeviceStatus, "record each prepared device's uuid, model, index and driverVersion in its ResourceClaim's status.devices (needs patch on resourceclaims/status)")
+	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "bind-mount a device metadata file per claim and request into containers (/var/run/kubernetes.io/dra-device-attributes/...), through a CDI spec in --cdi-root")
+	fs.StringVar(&o.FaultsConfigMap, "faults-configmap", o.FaultsConfigMap, "ConfigMap (namespace/name) of simulated device faults, written by `kubectl dra fault`; its key <node name> holds this node's; empty disables them")
+	cliflag.List(fs, "no-execute-fault-kinds", "comma-separated fault kinds ("+strings.Join(faults.KindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule", func(kinds []string) error {
+		o.NoExecuteFaultKinds = kinds
 		return nil
 	})
-	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "Delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook).")
-	flagalias.Deprecated(fs, "inventory-config", "node-groups")
-	flagalias.Deprecated(fs, "inventory-poll-interval", "node-groups-poll-interval")
-	flagalias.Retired(fs, "shutdown-timeout", "the plugin no longer deletes its node's ResourceSlices on SIGTERM")
+	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook)")
 }
 
-// Validate names the flag to fix.
+// Validate checks the options before anything starts and reports every problem at once, each
+// naming its flag.
 func (o *Options) Validate() error {
-	var errs []error
-	if msgs := validation.IsDNS1123Subdomain(o.DriverName); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("--driver-name %q: %v", o.DriverName, msgs))
-	}
+	errs := []error{deviceschema.ValidateDriverName("--driver-name", o.DriverName)}
 	if o.NodeName == "" {
-		errs = append(errs, errors.New("--node-name (or env NODE_NAME) is required; set it from the downward API spec.nodeName"))
+		errs = append(errs, errors.New("--node-name: required (default $NODE_NAME); set it from the downward API spec.nodeName"))
 	}
-	if o.RegistrarDir == "" || o.PluginsDir == "" {
-		errs = append(errs, errors.New("--kubelet-registrar-dir and --kubelet-plugins-dir must not be empty"))
+	if o.RegistrarDir == "" {
+		errs = append(errs, errors.New("--kubelet-registrar-dir: must not be empty, e.g. /var/lib/kubelet/plugins_registry"))
 	}
+	if o.PluginsDir == "" {
+		errs = append(errs, errors.New("--kubelet-plugins-dir: must not be empty, e.g. /var/lib/kubelet/plugins"))
+	}
+	errs = append(errs,
+		cliflag.ValidateBindAddress("--health-probe-bind-address", o.HealthProbeBindAddress),
+		cliflag.ValidateBindAddress("--metrics-bind-address", o.MetricsBindAddress))
 	for _, k := range o.NoExecuteFaultKinds {
 		if _, err := faults.ParseKind(k); err != nil {
-			errs = append(errs, fmt.Errorf("--no-execute-fault-kinds: %w", err))
+			errs = append(errs, fmt.Errorf("--no-execute-fault-kinds=%s: %w", strings.Join(o.NoExecuteFaultKinds, ","), err))
 		}
 	}
 	if o.FaultsConfigMap != "" {
 		ns, name := splitNamespaced(o.FaultsConfigMap)
 		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
-			errs = append(errs, fmt.Errorf("--faults-configmap %q: want namespace/name, e.g. gpu-dra/gpu-dra-faults", o.FaultsConfigMap))
+			errs = append(errs, fmt.Errorf("--faults-configmap=%q: want namespace/name, e.g. gpu-dra/gpu-dra-faults", o.FaultsConfigMap))
 		}
 	}
 	return errors.Join(errs...)

@@ -4,13 +4,7 @@
 // A spec is rendered from the claim's checkpoint entry and carries that entry in its
 // "prepared-claim" annotation: when the checkpoint is lost, Read recovers the entry from there,
 // so what the container's environment looks like never decides what the plugin believes is
-// prepared. Two older layouts stay in use for a while:
-//   - the claim and device annotations (claim-uid, pool, device, ...) are still written, because a
-//     plugin of the previous release, after a rollback, does not know the current checkpoint
-//     format, treats it as corrupt and rebuilds its state from exactly those annotations;
-//   - specs written by that release lack the entry, and Read has to parse them as it wrote them:
-//     the annotations plus the sharing variables (legacy.go, frozen), or a checkpoint lost right
-//     after an upgrade would lose every claim prepared before it.
+// prepared.
 package cdi
 
 import (
@@ -38,17 +32,6 @@ const Class = "gpu"
 
 // annotationPreparedClaim holds the claim's checkpoint entry (checkpoint.EncodeClaim).
 const annotationPreparedClaim = "prepared-claim"
-
-// Annotation keys a spec has carried since before annotationPreparedClaim; see the package doc.
-const (
-	annotationClaimUID       = "claim-uid"
-	annotationClaimNamespace = "claim-namespace"
-	annotationClaimName      = "claim-name"
-	annotationRequest        = "request"
-	annotationPool           = "pool"
-	annotationDevice         = "device"
-	annotationAdminAccess    = "admin-access"
-)
 
 // annotationShareID names the share a CDI device is, for whoever reads the spec; recovery takes
 // it from the prepared-claim entry.
@@ -127,10 +110,7 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{
 		Kind: w.Kind(),
 		Annotations: map[string]string{
-			annotationClaimUID:       string(claim.UID),
-			annotationClaimNamespace: claim.Namespace,
-			annotationClaimName:      claim.Name,
-			annotationPreparedClaim:  entry,
+			annotationPreparedClaim: entry,
 		},
 	}
 	adminAccess := EnvAdminAccess + "=" + strconv.FormatBool(claim.AdminAccess())
@@ -161,16 +141,9 @@ func (w *Writer) Spec(claim checkpoint.PreparedClaim) (*cdispec.Spec, error) {
 			env = append(env, prefix+"_COMPUTE="+q.String())
 		}
 		env = append(env, adminAccess)
-		annotations := map[string]string{
-			annotationRequest: d.Request,
-			annotationPool:    d.Pool,
-			annotationDevice:  d.Device,
-		}
-		if d.AdminAccess {
-			annotations[annotationAdminAccess] = "true"
-		}
+		var annotations map[string]string
 		if d.ShareID != "" {
-			annotations[annotationShareID] = d.ShareID
+			annotations = map[string]string{annotationShareID: d.ShareID}
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           d.CDIDevice,
@@ -249,18 +222,14 @@ func (w *Writer) Read(claimUID types.UID) (checkpoint.PreparedClaim, error) {
 	}
 	entry, ok := spec.Annotations[annotationPreparedClaim]
 	if !ok {
-		claim, err := readLegacy(spec, claimUID)
-		if err != nil {
-			return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: %w", path, err)
-		}
-		return claim, nil
+		return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: no %s annotation; this plugin did not write it", path, annotationPreparedClaim)
 	}
 	claim, err := checkpoint.DecodeClaim(entry)
 	if err != nil {
 		return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: annotation %s: %w", path, annotationPreparedClaim, err)
 	}
 	if claim.UID != claimUID || claim.Name == "" {
-		return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: annotations do not name claim %s", path, claimUID)
+		return checkpoint.PreparedClaim{}, fmt.Errorf("CDI spec %s: annotation %s does not name claim %s", path, annotationPreparedClaim, claimUID)
 	}
 	return claim, nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -176,26 +177,18 @@ func TestReadIgnoresEnvironment(t *testing.T) {
 	}
 }
 
-// Specs written before they carried their entry are read as that release wrote them.
-func TestReadLegacySpec(t *testing.T) {
+// A spec without its checkpoint entry was not written by this plugin: Read refuses it rather than
+// guess the claim from the container's environment.
+func TestReadWithoutEntry(t *testing.T) {
 	w := newWriter(t)
 	raw := `{"cdiVersion":"0.6.0","kind":"k8s.gpu.example.com/gpu",
 	  "annotations":{"claim-name":"c","claim-namespace":"ns","claim-uid":"u"},
-	  "devices":[
-	    {"name":"u-gpu-1","annotations":{"device":"gpu-1","pool":"p","request":"a"},
-	     "containerEdits":{"env":["GPU_DEVICE_1=gpu-1","GPU_DEVICE_1_RESOURCE_CLAIM=u","GPU_DEVICE_1_SHARING_STRATEGY=TimeSlicing","GPU_DEVICE_1_TIMESLICE_INTERVAL=Long"]}},
-	    {"name":"u-gpu-2","annotations":{"admin-access":"true","device":"gpu-2","pool":"p","request":"b/s"},
-	     "containerEdits":{"env":["GPU_DEVICE_2=gpu-2","GPU_DEVICE_2_RESOURCE_CLAIM=u","GPU_DEVICE_2_SHARING_STRATEGY=SpacePartitioning","GPU_DEVICE_2_PARTITION_COUNT=3"]}}]}`
+	  "devices":[{"name":"u-gpu-1","containerEdits":{"env":["GPU_DEVICE_1=gpu-1"]}}]}`
 	if err := os.WriteFile(w.SpecPath("u"), []byte(raw), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := checkpoint.PreparedClaim{UID: "u", Namespace: "ns", Name: "c", Devices: []checkpoint.PreparedDevice{
-		{Request: "a", Pool: "p", Device: "gpu-1", Index: 1, Sharing: checkpoint.Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Long"}, CDIDevice: "u-gpu-1"},
-		{Request: "b/s", Pool: "p", Device: "gpu-2", Index: 2, AdminAccess: true, Sharing: checkpoint.Sharing{Strategy: "SpacePartitioning", PartitionCount: 3}, CDIDevice: "u-gpu-2"},
-	}}
-	got, err := w.Read("u")
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("Read = %+v, %v; want %+v", got, err, want)
+	if got, err := w.Read("u"); err == nil || !strings.Contains(err.Error(), "no prepared-claim annotation") {
+		t.Errorf("Read = %+v, %v; want it refused for lacking the prepared-claim annotation", got, err)
 	}
 }
 

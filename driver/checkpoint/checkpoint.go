@@ -12,10 +12,10 @@
 // of the kubelet's critical path. Without a boot ID (not Linux) every save is fsynced.
 //
 // An entry is a PreparedClaim, this package's own type, and the file names its format version.
-// Load reads the current version (v2) and v1, whose entries were the CDI package's claim type of
-// the time (frozen in v1.go); Save writes v2, so a v1 file is replaced by the first save after an
-// upgrade. A plugin that does not know a file's version treats it as corrupt and rebuilds from the
-// CDI specs, which is what keeps a rollback working.
+// Load reads each version in decoders, converting it to the current one; Save writes the current
+// one, so an older file is replaced by the first save after an upgrade. A format change adds the
+// previous version's decoder there. A plugin that does not know a file's version treats it as
+// corrupt and rebuilds from the CDI specs, which is what keeps a rollback working.
 package checkpoint
 
 import (
@@ -28,6 +28,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -40,8 +41,7 @@ const FileName = "checkpoint.json"
 
 // Data is the content of a checkpoint: the prepared claims by UID.
 type Data struct {
-	// BootID is the kernel boot the claims were prepared in (empty in checkpoints written before
-	// it was recorded, or where the kernel has none).
+	// BootID is the kernel boot the claims were prepared in (empty where the kernel has none).
 	BootID string                      `json:"bootID,omitempty"`
 	Claims map[types.UID]PreparedClaim `json:"claims"`
 }
@@ -202,20 +202,15 @@ func decode(raw []byte) (*Data, error) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, fmt.Errorf("not JSON: %w", err)
 	}
-	if f.Version != version && f.Version != versionV1 {
-		return nil, fmt.Errorf("version %q, want %q or %q", f.Version, version, versionV1)
+	decodeData, ok := decoders[f.Version]
+	if !ok {
+		return nil, fmt.Errorf("version %q, want one of %q", f.Version, slices.Sorted(maps.Keys(decoders)))
 	}
 	if got := checksum(f.Data); got != f.Checksum {
 		return nil, fmt.Errorf("checksum %q does not match content (%q)", f.Checksum, got)
 	}
-	data := &Data{}
-	if f.Version == versionV1 {
-		v1 := &dataV1{}
-		if err := json.Unmarshal(f.Data, v1); err != nil {
-			return nil, fmt.Errorf("data: %w", err)
-		}
-		data = v1.convert()
-	} else if err := json.Unmarshal(f.Data, data); err != nil {
+	data, err := decodeData(f.Data)
+	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	if data.Claims == nil {
@@ -227,6 +222,14 @@ func decode(raw []byte) (*Data, error) {
 		}
 	}
 	return data, nil
+}
+
+// decoders read the data of each format version Load knows into the current Data.
+var decoders = map[string]func(json.RawMessage) (*Data, error){
+	version: func(raw json.RawMessage) (*Data, error) {
+		data := &Data{}
+		return data, json.Unmarshal(raw, data)
+	},
 }
 
 func checksum(data []byte) string {

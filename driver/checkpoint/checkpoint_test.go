@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -122,7 +121,7 @@ func TestCrashBeforeRename(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmp := filepath.Join(dir, "."+FileName+".12345.tmp")
-	if err := os.WriteFile(tmp, []byte(`{"version":"gpu.example.com/checkpoint/v1","chec`), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(`{"version":"gpu.example.com/checkpoint/v2","chec`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Load()
@@ -153,9 +152,8 @@ func TestCorrupt(t *testing.T) {
 	badVersion, _ := json.Marshal(file{Version: "v0", Checksum: f.Checksum, Data: f.Data})
 	mismatch := []byte(`{"claims":{"a":{"uid":"b","namespace":"ns","name":"c","devices":null}}}`)
 	badEntry, _ := json.Marshal(file{Version: version, Checksum: checksum(mismatch), Data: mismatch})
-	badEntryV1, _ := json.Marshal(file{Version: versionV1, Checksum: checksum(mismatch), Data: mismatch})
-	badDataV1 := []byte(`{"claims":{"a":{"devices":{}}}}`)
-	badV1, _ := json.Marshal(file{Version: versionV1, Checksum: checksum(badDataV1), Data: badDataV1})
+	badShape := []byte(`{"claims":{"a":{"devices":{}}}}`)
+	badData, _ := json.Marshal(file{Version: version, Checksum: checksum(badShape), Data: badShape})
 
 	tests := []struct {
 		name    string
@@ -168,8 +166,7 @@ func TestCorrupt(t *testing.T) {
 		{"tampered content", []byte(tampered), "checksum"},
 		{"unknown version", badVersion, "version"},
 		{"entry under another UID", badEntry, "holds claim UID"},
-		{"v1 entry under another UID", badEntryV1, "holds claim UID"},
-		{"v1 data of the wrong shape", badV1, "data: json"},
+		{"data of the wrong shape", badData, "data: json"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -214,11 +211,7 @@ func TestCorrupt(t *testing.T) {
 // FuzzLoad: whatever bytes are on disk, Load never panics and either trusts them (they carry a valid
 // checksum) or moves them aside.
 func FuzzLoad(f *testing.F) {
-	f.Add([]byte(`{"version":"gpu.example.com/checkpoint/v1","checksum":"x","data":{}}`))
 	f.Add([]byte(`{"version":"gpu.example.com/checkpoint/v2","checksum":"x","data":{}}`))
-	if v1, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.json")); err == nil {
-		f.Add(v1)
-	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		s := newStore(t.TempDir())
 		if err := os.WriteFile(s.Path(), raw, 0o600); err != nil {
@@ -282,26 +275,18 @@ func TestFromEarlierBoot(t *testing.T) {
 	tests := []struct {
 		name             string
 		writer, reader   string
-		legacy           bool // written before boot IDs were recorded
 		wantEarlier      bool
 		wantRecordedBoot string
 	}{
 		{name: "same boot", writer: "boot-1", reader: "boot-1", wantRecordedBoot: "boot-1"},
 		{name: "rebooted", writer: "boot-1", reader: "boot-2", wantEarlier: true, wantRecordedBoot: "boot-1"},
-		{name: "legacy checkpoint is trusted", legacy: true, reader: "boot-2"},
 		{name: "reader without boot ID", writer: "boot-1", reader: "", wantRecordedBoot: "boot-1"},
 		{name: "writer without boot ID", writer: "", reader: "boot-2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if tc.legacy {
-				payload := `{"claims":{}}`
-				raw := fmt.Sprintf(`{"version":%q,"checksum":%q,"data":%s}`, version, checksum([]byte(payload)), payload)
-				if err := os.WriteFile(filepath.Join(dir, FileName), []byte(raw), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			} else if err := NewStore(dir, WithBootID(tc.writer)).Save(sample()); err != nil {
+			if err := NewStore(dir, WithBootID(tc.writer)).Save(sample()); err != nil {
 				t.Fatal(err)
 			}
 			r := NewStore(dir, WithBootID(tc.reader))
@@ -330,57 +315,6 @@ func TestNewStoreReadsKernelBootID(t *testing.T) {
 	}
 }
 
-// checkpoint-v1.json was written by the plugin before entries had their own type (see
-// driver/plugin/checkpointv1_test.go): three claims covering every sharing setting, a subrequest
-// and an admin-access device. It must load with the same meaning, and be saved in the current
-// format without changing it.
-func TestLoadV1(t *testing.T) {
-	want := &Data{BootID: "boot-checkpoint-v1", Claims: map[types.UID]PreparedClaim{
-		"6f1c1c0e-0000-4000-8000-000000000001": {UID: "6f1c1c0e-0000-4000-8000-000000000001", Namespace: "ns", Name: "default", Devices: []PreparedDevice{
-			{Request: "gpu", Pool: "node-a", Device: "gpu-0", Index: 0, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Default"},
-				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000001-gpu-0"},
-		}},
-		"6f1c1c0e-0000-4000-8000-000000000002": {UID: "6f1c1c0e-0000-4000-8000-000000000002", Namespace: "ns", Name: "mixed", Devices: []PreparedDevice{
-			{Request: "a", Pool: "node-a", Device: "gpu-1", Index: 1, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Long"},
-				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000002-gpu-1"},
-			{Request: "b/small", Pool: "node-a", Device: "gpu-2", Index: 2, Sharing: Sharing{Strategy: "SpacePartitioning", PartitionCount: 3},
-				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000002-gpu-2"},
-		}},
-		"6f1c1c0e-0000-4000-8000-000000000003": {UID: "6f1c1c0e-0000-4000-8000-000000000003", Namespace: "ns", Name: "monitor", Devices: []PreparedDevice{
-			{Request: "gpu", Pool: "node-a", Device: "gpu-1", Index: 1, AdminAccess: true, Sharing: Sharing{Strategy: "TimeSlicing", TimeSliceInterval: "Short"},
-				CDIDevice: "6f1c1c0e-0000-4000-8000-000000000003-gpu-1"},
-		}},
-	}}
-	raw, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	s := NewStore(dir, WithBootID("boot-checkpoint-v1"))
-	if err := os.WriteFile(s.Path(), raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("v1 checkpoint loads as\n%+v\nwant\n%+v", got, want)
-	}
-	if err := s.Save(got); err != nil {
-		t.Fatal(err)
-	}
-	saved, _ := os.ReadFile(s.Path())
-	var f file
-	if err := json.Unmarshal(saved, &f); err != nil || f.Version != version {
-		t.Fatalf("saved as version %q (%v), want %q", f.Version, err, version)
-	}
-	again, err := NewStore(dir, WithBootID("boot-checkpoint-v1")).Load()
-	if err != nil || !reflect.DeepEqual(again, want) {
-		t.Errorf("after saving in the current format: %+v, %v; want %+v", again, err, want)
-	}
-}
-
 func TestEncodeClaim(t *testing.T) {
 	c := sample().Claims["uid-1"]
 	s, err := EncodeClaim(c)
@@ -391,7 +325,7 @@ func TestEncodeClaim(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(back, c) {
 		t.Errorf("DecodeClaim(EncodeClaim(c)) = %+v, %v; want %+v", back, err, c)
 	}
-	for _, bad := range []string{"", "{", `{"version":"gpu.example.com/checkpoint/v1","claim":{"uid":"u"}}`, `{"claim":{"uid":"u"}}`} {
+	for _, bad := range []string{"", "{", `{"version":"gpu.example.com/checkpoint/v0","claim":{"uid":"u"}}`, `{"claim":{"uid":"u"}}`} {
 		if _, err := DecodeClaim(bad); err == nil {
 			t.Errorf("DecodeClaim(%q) succeeded", bad)
 		}

@@ -8,11 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// version is the format this package writes; versionV1 is the one before, which Load still reads.
-const (
-	version   = "gpu.example.com/checkpoint/v2"
-	versionV1 = "gpu.example.com/checkpoint/v1"
-)
+// version is the format this package writes (see decoders for those it reads).
+const version = "gpu.example.com/checkpoint/v2"
 
 // PreparedClaim is one prepared claim as this plugin recorded it: enough to answer a repeated
 // prepare with the same result, to write its CDI spec again, and to find the claim for unprepare

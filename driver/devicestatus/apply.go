@@ -13,6 +13,8 @@ import (
 	resourcev1beta2ac "k8s.io/client-go/applyconfigurations/resource/v1beta2"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 // claimRef names one claim; the UID guards against writing into a claim that replaced it (the API
@@ -39,7 +41,7 @@ type applyFunc func(ctx context.Context, claim claimRef, want []entry) (stored, 
 func applier(cs kubernetes.Interface, version, driver, fieldManager string) (applyFunc, error) {
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	switch version {
-	case "v1":
+	case resourceversion.V1:
 		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
 			status := resourcev1ac.ResourceClaimStatus()
 			for _, e := range want {
@@ -57,7 +59,7 @@ func applier(cs kubernetes.Interface, version, driver, fieldManager string) (app
 			}
 			return stored{devices: got.Status.Devices, allocated: got.Status.Allocation != nil}, nil
 		}, nil
-	case "v1beta2":
+	case resourceversion.V1beta2:
 		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
 			status := resourcev1beta2ac.ResourceClaimStatus()
 			for _, e := range want {
@@ -79,7 +81,7 @@ func applier(cs kubernetes.Interface, version, driver, fieldManager string) (app
 			}
 			return s, nil
 		}, nil
-	case "v1beta1":
+	case resourceversion.V1beta1:
 		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
 			status := resourcev1beta1ac.ResourceClaimStatus()
 			for _, e := range want {

@@ -285,6 +285,6 @@ func (w *Writer) turnOff(claim claimRef) {
 func (w *Writer) giveUp(claim claimRef, err error) {
 	w.logger.Error(err, "Claim device status not written", "claim", claim.ref())
 	if w.metrics != nil {
-		w.metrics.Error("claim_status")
+		w.metrics.Error(metrics.ComponentClaimStatus)
 	}
 }

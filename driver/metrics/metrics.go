@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,30 @@ const (
 	ResultSuccess = "success"
 	ResultError   = "error"
 )
+
+// Component is where an error counted in errors_total happened: its component label.
+type Component string
+
+// The components errors_total counts; Components lists them all, and the metric's help is built
+// from that list, so that it names exactly what is emitted.
+const (
+	ComponentPrepare    Component = "prepare"
+	ComponentUnprepare  Component = "unprepare"
+	ComponentCheckpoint Component = "checkpoint"
+	// ComponentPublish: the kubeletplugin library failed to publish ResourceSlices; it retries.
+	ComponentPublish Component = "publish"
+	// ComponentPublishDroppedFields: the API server dropped fields of a published slice (a
+	// feature gate off), so the cluster sees less than the plugin publishes.
+	ComponentPublishDroppedFields Component = "publish_dropped_fields"
+	// ComponentGRPC: any other background error of the library, which ends the plugin.
+	ComponentGRPC Component = "grpc"
+	// ComponentClaimStatus: a claim's status.devices could not be written.
+	ComponentClaimStatus Component = "claim_status"
+)
+
+// Components are all values of the errors_total component label.
+var Components = []Component{ComponentPrepare, ComponentUnprepare, ComponentCheckpoint, ComponentPublish,
+	ComponentPublishDroppedFields, ComponentGRPC, ComponentClaimStatus}
 
 // Metrics holds the collectors. The zero value is not usable; use New.
 type Metrics struct {
@@ -62,7 +87,7 @@ func New() *Metrics {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "errors_total",
-			Help: "Errors by component: prepare, unprepare, checkpoint, publish, cleanup, grpc.",
+			Help: "Errors by component: " + componentList() + ".",
 		}, []string{"component"}),
 		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "devices",
@@ -88,7 +113,7 @@ func (m *Metrics) ObservePrepare(d time.Duration, err error) {
 	m.prepares.WithLabelValues(result(err)).Inc()
 	m.prepareLatency.Observe(d.Seconds())
 	if err != nil {
-		m.errors.WithLabelValues("prepare").Inc()
+		m.Error(ComponentPrepare)
 	}
 }
 
@@ -97,7 +122,7 @@ func (m *Metrics) ObserveUnprepare(d time.Duration, err error) {
 	m.unprepares.WithLabelValues(result(err)).Inc()
 	m.unprepareLatency.Observe(d.Seconds())
 	if err != nil {
-		m.errors.WithLabelValues("unprepare").Inc()
+		m.Error(ComponentUnprepare)
 	}
 }
 
@@ -123,7 +148,15 @@ func (m *Metrics) SetDeviceHealth(devices int, faultsByKind map[string]int, kind
 }
 
 // Error counts an error of a component.
-func (m *Metrics) Error(component string) { m.errors.WithLabelValues(component).Inc() }
+func (m *Metrics) Error(c Component) { m.errors.WithLabelValues(string(c)).Inc() }
+
+func componentList() string {
+	names := make([]string, len(Components))
+	for i, c := range Components {
+		names[i] = string(c)
+	}
+	return strings.Join(names, ", ")
+}
 
 func result(err error) string {
 	if err != nil {

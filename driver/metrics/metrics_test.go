@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestMetrics(t *testing.T) {
 	m.ObservePrepare(time.Millisecond, errors.New("bad config"))
 	m.ObserveUnprepare(time.Millisecond, nil)
 	m.SetPreparedClaims(1)
-	m.Error("publish_dropped_fields")
+	m.Error(ComponentPublishDroppedFields)
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -34,5 +35,31 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestErrorsHelp: the help of errors_total names exactly the components the plugin counts.
+func TestErrorsHelp(t *testing.T) {
+	m := New()
+	for _, c := range Components {
+		m.Error(c)
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var help string
+	var emitted []string
+	for line := range strings.Lines(rec.Body.String()) {
+		if h, ok := strings.CutPrefix(line, "# HELP gpu_dra_plugin_errors_total Errors by component: "); ok {
+			help = strings.TrimSuffix(strings.TrimSpace(h), ".")
+		}
+		if rest, ok := strings.CutPrefix(line, `gpu_dra_plugin_errors_total{component="`); ok {
+			emitted = append(emitted, rest[:strings.Index(rest, `"`)])
+		}
+	}
+	listed := strings.Split(help, ", ")
+	slices.Sort(listed)
+	slices.Sort(emitted)
+	if !slices.Equal(listed, emitted) {
+		t.Errorf("errors_total help lists %q, the components counted are %q", listed, emitted)
 	}
 }

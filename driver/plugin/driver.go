@@ -282,7 +282,7 @@ func (d *Driver) loadCheckpoint(ctx context.Context) (*checkpoint.Data, error) {
 
 func (d *Driver) saveCheckpoint(data *checkpoint.Data) error {
 	if err := d.store.Save(data); err != nil {
-		d.metrics.Error("checkpoint")
+		d.metrics.Error(metrics.ComponentCheckpoint)
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	return nil
@@ -296,11 +296,11 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
 	switch {
 	case errors.As(err, &dropped):
-		d.metrics.Error("publish_dropped_fields")
+		d.metrics.Error(metrics.ComponentPublishDroppedFields)
 	case errors.Is(err, kubeletplugin.ErrRecoverable):
-		d.metrics.Error("publish")
+		d.metrics.Error(metrics.ComponentPublish)
 	default:
-		d.metrics.Error("grpc")
+		d.metrics.Error(metrics.ComponentGRPC)
 		if d.onFatal != nil {
 			d.onFatal(fmt.Errorf("%s: %w", msg, err))
 		}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpu-dra/gpu-dra/driver/devicestatus"
+	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
 func TestRemoveStaleMetadata(t *testing.T) {
@@ -141,4 +143,20 @@ func TestPrepareRecordsStatusAndMetadata(t *testing.T) {
 	if !slices.Equal(calls.resynced, []types.UID{"u1"}) || !slices.Equal(calls.forgot, []types.UID{"u1", "u3"}) {
 		t.Errorf("resynced %v, forgot %v; want u1, and u1 u3", calls.resynced, calls.forgot)
 	}
+}
+
+// simulatedAttributes are the attributes the node's simulated device publishes.
+func simulatedAttributes(t *testing.T, name string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	t.Helper()
+	devs, err := simulated.New(testNode, nodegroups.GroupSpec{}).Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d.Attributes
+		}
+	}
+	t.Fatalf("no simulated device %s", name)
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
+	"github.com/gpu-dra/gpu-dra/driver/metrics"
 )
 
 // ClaimGetter reads ResourceClaims in whatever version the server serves
@@ -76,55 +77,12 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 	if rebuilt != nil {
 		res.Corrupt, res.Recovered, res.RemovedOrphans = rebuilt.corrupt, rebuilt.recovered, rebuilt.removed
 	}
-	changed := false
-	if d.store.FromEarlierBoot(data) {
-		for uid := range data.Claims {
-			res.Rebooted = append(res.Rebooted, uid)
-		}
-		logger.Info("Node rebooted since the checkpoint was written; its claims are no longer prepared",
-			"checkpointBoot", data.BootID, "currentBoot", d.store.BootID(), "claims", len(res.Rebooted))
-		clear(data.Claims)
-		changed = true
-	}
-	specs, err := d.cdi.List()
-	if err != nil {
+	changed := d.forgetEarlierBoot(ctx, data, res)
+	if err := d.matchSpecs(data, res); err != nil {
 		return nil, err
 	}
-	haveSpec := make(map[types.UID]bool, len(specs))
-	for _, uid := range specs {
-		haveSpec[uid] = true
-	}
-	for uid, c := range data.Claims {
-		if !haveSpec[uid] {
-			if err := d.cdi.Write(c); err != nil {
-				return nil, err
-			}
-			res.RestoredSpecs = append(res.RestoredSpecs, uid)
-		}
-	}
-	for _, uid := range specs {
-		if _, ok := data.Claims[uid]; !ok {
-			if err := d.cdi.Remove(uid); err != nil {
-				return nil, err
-			}
-			res.RemovedOrphans = append(res.RemovedOrphans, uid)
-		}
-	}
-	if claims != nil {
-		for uid, c := range data.Claims {
-			current, err := claims.ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err), err == nil && current.UID != uid:
-			case err != nil:
-				logger.Error(err, "Cannot check whether prepared claim still exists; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid)
-				continue
-			default:
-				continue
-			}
-			delete(data.Claims, uid)
-			changed = true
-			res.Unprepared = append(res.Unprepared, uid)
-		}
+	if claims != nil && d.dropGoneClaims(ctx, claims, data, res) {
+		changed = true
 	}
 	if changed {
 		if err := d.saveCheckpoint(data); err != nil {
@@ -142,6 +100,73 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 		"restoredSpecs", len(res.RestoredSpecs), "removedOrphans", len(res.RemovedOrphans), "unprepared", len(res.Unprepared),
 		"rebooted", len(res.Rebooted))
 	return res, nil
+}
+
+// forgetEarlierBoot empties data when it was written before the node's last reboot: no claim is
+// prepared after a reboot. It reports whether it changed data.
+func (d *Driver) forgetEarlierBoot(ctx context.Context, data *checkpoint.Data, res *ReconcileResult) bool {
+	if !d.store.FromEarlierBoot(data) {
+		return false
+	}
+	for uid := range data.Claims {
+		res.Rebooted = append(res.Rebooted, uid)
+	}
+	klog.FromContext(ctx).Info("Node rebooted since the checkpoint was written; its claims are no longer prepared",
+		"checkpointBoot", data.BootID, "currentBoot", d.store.BootID(), "claims", len(res.Rebooted))
+	clear(data.Claims)
+	return true
+}
+
+// matchSpecs makes the CDI specs match the entries: an entry without its spec gets it rewritten,
+// a spec without an entry is removed.
+func (d *Driver) matchSpecs(data *checkpoint.Data, res *ReconcileResult) error {
+	specs, err := d.cdi.List()
+	if err != nil {
+		return err
+	}
+	haveSpec := make(map[types.UID]bool, len(specs))
+	for _, uid := range specs {
+		haveSpec[uid] = true
+	}
+	for uid, c := range data.Claims {
+		if !haveSpec[uid] {
+			if err := d.cdi.Write(c); err != nil {
+				return err
+			}
+			res.RestoredSpecs = append(res.RestoredSpecs, uid)
+		}
+	}
+	for _, uid := range specs {
+		if _, ok := data.Claims[uid]; !ok {
+			if err := d.cdi.Remove(uid); err != nil {
+				return err
+			}
+			res.RemovedOrphans = append(res.RemovedOrphans, uid)
+		}
+	}
+	return nil
+}
+
+// dropGoneClaims removes the entries whose claim is not found or has another UID now, listing
+// them in res.Unprepared (their specs go once the checkpoint is saved). It reports whether it
+// changed data.
+func (d *Driver) dropGoneClaims(ctx context.Context, claims ClaimGetter, data *checkpoint.Data, res *ReconcileResult) bool {
+	changed := false
+	for uid, c := range data.Claims {
+		current, err := claims.ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err), err == nil && current.UID != uid:
+		case err != nil:
+			klog.FromContext(ctx).Error(err, "Cannot check whether prepared claim still exists; keeping it", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid)
+			continue
+		default:
+			continue
+		}
+		delete(data.Claims, uid)
+		changed = true
+		res.Unprepared = append(res.Unprepared, uid)
+	}
+	return changed
 }
 
 // rebuilt says what loadState recovered from the CDI specs.
@@ -164,7 +189,7 @@ func (d *Driver) loadState(ctx context.Context) (*checkpoint.Data, *rebuilt, err
 	if err == nil {
 		return data, nil, nil
 	}
-	d.metrics.Error("checkpoint")
+	d.metrics.Error(metrics.ComponentCheckpoint)
 	var corrupt *checkpoint.CorruptError
 	if !errors.As(err, &corrupt) || data == nil {
 		return nil, nil, err

@@ -93,7 +93,7 @@ func TestReconcile(t *testing.T) {
 		{
 			name: "corrupt checkpoint is moved aside and rebuilt from the specs",
 			damage: func(t *testing.T, h *harness) {
-				if err := os.WriteFile(h.store.Path(), []byte(`{"version":"gpu.example.com/checkpoint/v1","checksum":"sha256:0","data":{}}`), 0o600); err != nil {
+				if err := os.WriteFile(h.store.Path(), []byte(`{"version":"gpu.example.com/checkpoint/v2","checksum":"sha256:0","data":{}}`), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			},

@@ -8,7 +8,6 @@ source "$(dirname "$0")/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
 IMAGES=$CACHE/images
 OUT=$REPO/_output
-PROJECT_IMAGE=${PROJECT_IMAGE:-ghcr.io/gpu-dra/gpu-dra:dev}
 mkdir -p "$IMAGES" "$OUT/images"
 
 tool() { # tool NAME PKG: build a small Go program of this repo into the cache

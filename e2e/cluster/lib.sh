@@ -1,7 +1,10 @@
 # Shared settings and helpers of the local-cluster harness. Sourced, not run.
 # Everything built is cached outside the repository, keyed by version, so a clean clone reuses it.
 
-K8S_VERSION=${K8S_VERSION:-1.34.2}
+# shellcheck source=../../hack/buildenv/build.env
+source "$(dirname "${BASH_SOURCE[0]}")/../../hack/buildenv/build.env"
+K8S_VERSION=${K8S_VERSION:-$K8S_RELEASE_SEED}
+PROJECT_IMAGE=${PROJECT_IMAGE:-$PROJECT_IMAGE_REPOSITORY:$PROJECT_IMAGE_TAG}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.2.9}
 # hack/local-up-cluster.sh of 1.37 wants etcd 3.7; older releases are tested with 3.6.
 _k8s_minor=$(echo "$K8S_VERSION" | cut -d. -f2)

@@ -3,7 +3,7 @@
 # module, plus the glue it lacks: containerd 2.x with CDI, CNI config, local images, PID bookkeeping.
 #   MODE=full (default): etcd, apiserver, controller-manager, scheduler, kubelet, kube-proxy, containerd
 #   MODE=controlplane:   etcd, apiserver, controller-manager, scheduler
-#   K8S_VERSION=1.34.2 | 1.32.13 | 1.37.2 ...; RUNTIME_CONFIG=...; FEATURE_GATES=...
+#   K8S_VERSION=<a release of hack/buildenv/build.env> ...; RUNTIME_CONFIG=...; FEATURE_GATES=...
 #   PRESERVE_ETCD=1 keeps etcd data across down/up and restarts (in-place upgrades: upgrade.sh).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"

@@ -1,7 +1,7 @@
 // Package clusterupgrade replays the seed note as an upgrade: a 1.32 cluster with DRA beta and the
 // product installed is upgraded in place, one minor at a time, to 1.34, and must keep giving pods
 // GPUs throughout. It restarts the local cluster's control plane and kubelet, so it runs only from
-// `make e2e-upgrade` (e2e/clusterupgrade.sh), which starts the 1.32.13 cluster for it.
+// `make e2e-upgrade` (e2e/clusterupgrade.sh), which starts the cluster of the oldest release for it.
 package clusterupgrade
 
 import (
@@ -13,16 +13,20 @@ import (
 	"time"
 
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
+	"github.com/gpu-dra/gpu-dra/hack/buildenv"
 )
 
 // The path of the seed note, one minor at a time as Kubernetes requires, with the API versions each
 // step serves. The kubelet stays on 1.32 while the control plane moves (within the skew policy) and
 // follows it to 1.34 after a drain; 1.32's kubelet reads claims through v1beta1, so v1beta1 stays
 // served until then. The last step is the seed's 1.34 configuration: no extra flags, v1 only.
+var (
+	from = buildenv.Oldest
+	via  = buildenv.UpgradeVia
+	to   = buildenv.Seed
+)
+
 const (
-	from      = "1.32.13"
-	via       = "1.33.13"
-	to        = "1.34.2"
 	gate132   = "DynamicResourceAllocation=true"
 	beta1     = "resource.k8s.io/v1beta1=true"
 	beta1and2 = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"

@@ -1,12 +1,13 @@
 package framework
 
 import (
-	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-dra/gpu-dra/hack/buildenv"
 )
 
 // The product as the chart installs it.
@@ -26,18 +27,14 @@ func (c *Cluster) Helm(t *testing.T, args ...string) string {
 	return out
 }
 
-// InstallChart installs (or upgrades) the chart in chartDir with the image under test ($PROJECT_IMAGE,
-// default the locally built one), waits for its pods, and then until the API server gets answers from
+// InstallChart installs (or upgrades) the chart in chartDir with the image under test
+// (buildenv.Image: $PROJECT_IMAGE, default the locally built one), waits for its pods, and then until the API server gets answers from
 // the webhook: Ready pods are not yet a serving webhook (the Service's proxy rules and, in self mode,
 // the caBundle follow within seconds). probe is a manifest the webhook admits, applied with
 // --dry-run=server.
 func (c *Cluster) InstallChart(t *testing.T, chartDir, probe string, extraArgs ...string) {
 	t.Helper()
-	image := os.Getenv("PROJECT_IMAGE")
-	if image == "" {
-		image = "ghcr.io/gpu-dra/gpu-dra:dev"
-	}
-	repo, tag, _ := strings.Cut(image, ":")
+	repo, tag := buildenv.Image()
 	args := []string{"upgrade", "--install", Release, chartDir, "-n", ReleaseNS, "--create-namespace", "--wait", "--timeout", "5m",
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never"}
 	c.Helm(t, append(args, extraArgs...)...)

@@ -28,6 +28,7 @@ type baseline struct {
 	templates, pods *reviewer
 }
 
+// startBaseline starts the baseline's control plane and webhook; on an error it stops them again.
 func startBaseline(ctx context.Context, o Options, ch *chart, groups *nodegroups.Config, driver string) (b *baseline, err error) {
 	dir := filepath.Join(o.WorkDir, "baseline")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -38,9 +39,11 @@ func startBaseline(ctx context.Context, o Options, ch *chart, groups *nodegroups
 	if err != nil {
 		return nil, fmt.Errorf("baseline control plane (--baseline-assets=%s): %w", o.BaselineAssets, err)
 	}
+	// The returns below set b to nil; stop what was started, not b.
+	started := b
 	defer func() {
 		if err != nil {
-			b.stop()
+			started.stop()
 		}
 	}()
 	kubeconfig := filepath.Join(dir, "kubeconfig")

@@ -14,11 +14,24 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // DefaultDriverName is the DRA driver name (and attribute domain) of the seed's example driver,
 // which its manifests name: every binary's --driver-name defaults to it.
 const DefaultDriverName = "gpu.example.com"
+
+// ValidateDriverName checks a driver name given by flag: a DNS subdomain, as the DeviceClass's
+// driver field and the attribute domain need.
+func ValidateDriverName(flag, name string) error {
+	if name == "" {
+		return fmt.Errorf("%s: required, e.g. %s", flag, DefaultDriverName)
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("%s=%q: %s; use a DNS subdomain, e.g. %s", flag, name, strings.Join(msgs, "; "), DefaultDriverName)
+	}
+	return nil
+}
 
 // Defaults of each device, as the seed's example driver publishes them.
 const (

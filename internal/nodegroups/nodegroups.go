@@ -14,6 +14,10 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 )
 
+// DefaultGroupDescription says what a node has when no node-groups file is given (the flags' help
+// texts of every binary that reads one).
+var DefaultGroupDescription = fmt.Sprintf("%d GPUs per node", deviceschema.DefaultCount)
+
 // GroupSpec is what each node of a group has.
 type GroupSpec struct {
 	Count  int                `json:"count,omitempty"`

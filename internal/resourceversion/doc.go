@@ -28,9 +28,16 @@ const (
 	KindResourceSlice = "ResourceSlice"
 )
 
+// The versions of the group this project knows, by name.
+var (
+	V1      = resourceapi.SchemeGroupVersion.Version
+	V1beta2 = resourcev1beta2.SchemeGroupVersion.Version
+	V1beta1 = resourcev1beta1.SchemeGroupVersion.Version
+)
+
 // Known are the versions k8s.io/dynamic-resource-allocation/client converts to and from, newest
 // first.
-var Known = []string{resourceapi.SchemeGroupVersion.Version, resourcev1beta2.SchemeGroupVersion.Version, resourcev1beta1.SchemeGroupVersion.Version}
+var Known = []string{V1, V1beta2, V1beta1}
 
 // IsKnown reports whether v is one of Known.
 func IsKnown(v string) bool { return slices.Contains(Known, v) }

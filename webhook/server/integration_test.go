@@ -104,7 +104,7 @@ func testThroughAPIServer(t *testing.T, runtimeConfig, version string) {
 	}
 	populate(ctx, t, srv.Clientset)
 
-	startWebhook(ctx, t, srv, func(o *Options) { o.NodeGroupsFile = "testdata/inventory-config.yaml" })
+	startWebhook(ctx, t, srv, func(o *Options) { o.NodeGroupsFile = "testdata/node-groups.yaml" })
 
 	admin, err := srv.Env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -241,6 +241,8 @@ func tryStartWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Serve
 		probe = freeAddr(t)
 	}
 	opts := NewOptions()
+	// The API server's own namespace unless a test names another.
+	opts.Namespace = "default"
 	opts.CertDir, opts.Host, opts.Port = wio.LocalServingCertDir, wio.LocalServingHost, wio.LocalServingPort
 	opts.HealthProbeBindAddress, opts.MetricsBindAddress = probe, "0"
 	edit(opts)

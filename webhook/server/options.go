@@ -4,18 +4,18 @@
 package server
 
 import (
-	"cmp"
+	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/flagalias"
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -68,75 +68,72 @@ func NewOptions() *Options {
 		MetricsBindAddress:       ":8080",
 		Timeouts:                 DefaultTimeouts(),
 		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
-		Namespace:                cmp.Or(os.Getenv("POD_NAMESPACE"), "default"),
+		Namespace:                cliflag.PodNamespace(),
 	}
 }
 
 // AddFlags registers the flags on fs.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DriverName, "driver-name", o.DriverName, "DRA driver name; also the attribute domain and the default DeviceClass name")
-	fs.StringVar(&o.NodeGroupsFile, "node-groups", o.NodeGroupsFile, "node-groups file (YAML) shared with the kubelet plugin; empty means 8 GPUs per node")
-	flagalias.Deprecated(fs, "inventory-config", "node-groups")
+	fs.StringVar(&o.NodeGroupsFile, "node-groups", o.NodeGroupsFile, "node-groups file (YAML) shared with the kubelet plugin; empty means "+nodegroups.DefaultGroupDescription)
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "directory with the serving certificate and key; reloaded when the files change")
 	fs.StringVar(&o.CertName, "cert-name", o.CertName, "serving certificate file name in --cert-dir")
 	fs.StringVar(&o.KeyName, "key-name", o.KeyName, "serving key file name in --cert-dir")
-	fs.StringVar(&o.Host, "host", o.Host, "address the webhook server binds to (empty: all)")
+	fs.StringVar(&o.Host, "host", o.Host, "address the webhook server binds to; empty means all addresses")
 	fs.IntVar(&o.Port, "port", o.Port, "port of the webhook server")
-	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz and /readyz")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (0 disables)")
-	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0: none)")
-	fs.Func("excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(s string) error {
-		for ns := range strings.SplitSeq(s, ",") {
-			if ns = strings.TrimSpace(ns); ns != "" {
-				o.ExcludedNamespaces = append(o.ExcludedNamespaces, ns)
-			}
-		}
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the probe endpoints /healthz and /readyz (0 disables)")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus endpoint /metrics (0 disables)")
+	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0 disables resyncs)")
+	cliflag.List(fs, "excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(namespaces []string) error {
+		o.ExcludedNamespaces = namespaces
 		return nil
 	})
 	fs.IntVar(&o.MaxTemplatesPerNamespace, "max-templates-per-namespace", o.MaxTemplatesPerNamespace, "most managed ResourceClaimTemplates pod injection creates in one namespace (one per distinct count, model and memory asked for); a pod needing one more is denied")
-	fs.Func("device-class", "a DeviceClass of the chart as NAME or NAME=EXTENDED_RESOURCE_NAME (its spec.extendedResourceName); repeat for each, the first serves the pod annotations (default: --driver-name, no extended resource name)", func(s string) error {
-		name, resource, _ := strings.Cut(s, "=")
-		o.DeviceClasses = append(o.DeviceClasses, podinject.DeviceClass{Name: name, ExtendedResourceName: corev1.ResourceName(resource)})
+	cliflag.List(fs, "device-classes", "comma-separated DeviceClasses of the chart, each NAME or NAME=EXTENDED_RESOURCE_NAME (its spec.extendedResourceName); the first serves the pod annotations (default: --driver-name, no extended resource name)", func(classes []string) error {
+		o.DeviceClasses = nil
+		for _, c := range classes {
+			name, resource, _ := strings.Cut(c, "=")
+			o.DeviceClasses = append(o.DeviceClasses, podinject.DeviceClass{Name: name, ExtendedResourceName: corev1.ResourceName(resource)})
+		}
 		return nil
 	})
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the webhook's namespace, where it probes what the API server serves with dry-run requests ($POD_NAMESPACE when set)")
-	fs.Func("deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(s string) error {
-		rules, err := claimvalidation.ParseRules(s)
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the webhook's namespace, where it probes what the API server serves with dry-run requests (default $POD_NAMESPACE)")
+	cliflag.List(fs, "deny", "comma-separated rules that deny instead of warn: "+strings.Join(claimvalidation.RuleNames(), ", "), func(names []string) error {
+		rules, err := claimvalidation.ParseRules(strings.Join(names, ","))
 		if err != nil {
 			return err
 		}
-		o.Deny = append(o.Deny, rules...)
+		o.Deny = rules
 		return nil
 	})
-	for _, r := range claimvalidation.Rules {
-		fs.BoolFunc("deny-"+string(r), fmt.Sprintf("deny instead of warn for rule %s (same as --deny=%s)", r, r), func(s string) error {
-			if s == "true" {
-				o.Deny = append(o.Deny, r)
-			} else if s != "false" {
-				return fmt.Errorf("want true or false, got %q", s)
-			}
-			return nil
-		})
-	}
 }
 
-// Validate checks the options before anything starts.
+// Validate checks the options before anything starts and reports every problem at once, each
+// naming its flag.
 func (o *Options) Validate() error {
-	if o.DriverName == "" {
-		return fmt.Errorf("--driver-name: required, e.g. gpu.example.com")
+	errs := []error{
+		deviceschema.ValidateDriverName("--driver-name", o.DriverName),
+		cliflag.ValidateBindAddress("--health-probe-bind-address", o.HealthProbeBindAddress),
+		cliflag.ValidateBindAddress("--metrics-bind-address", o.MetricsBindAddress),
+	}
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace: required (default $POD_NAMESPACE); set it to the webhook's namespace"))
 	}
 	if o.MaxTemplatesPerNamespace < 1 {
-		return fmt.Errorf("--max-templates-per-namespace: %d; use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace)
+		errs = append(errs, fmt.Errorf("--max-templates-per-namespace=%d: use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace))
 	}
 	if o.Port <= 0 || o.Port > 65535 {
-		return fmt.Errorf("--port: %d is not a port; use 1..65535, e.g. 9443", o.Port)
+		errs = append(errs, fmt.Errorf("--port=%d: not a port; use 1..65535, e.g. 9443", o.Port))
 	}
 	for _, c := range o.DeviceClasses {
+		if c.Name == "" {
+			errs = append(errs, fmt.Errorf("--device-classes: an entry has no class name; give NAME or NAME=EXTENDED_RESOURCE_NAME"))
+		}
 		if c.ExtendedResourceName != "" {
 			if err := podinject.ValidateExtendedResourceName(c.ExtendedResourceName); err != nil {
-				return fmt.Errorf("--device-class=%s=%s: %w", c.Name, c.ExtendedResourceName, err)
+				errs = append(errs, fmt.Errorf("--device-classes: %s=%s: %w", c.Name, c.ExtendedResourceName, err))
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

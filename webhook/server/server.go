@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -70,7 +71,7 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 //   - "" namespaces: get (the admin-access label)
 //   - resource.k8s.io resourceclaims: list, watch (their allocations: what is free now)
 func Setup(mgr manager.Manager, o *Options) error {
-	invCfg, err := nodegroups.LoadConfig(o.NodeGroupsFile)
+	groups, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
 		return fmt.Errorf("--node-groups: %w", err)
 	}
@@ -78,46 +79,11 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("create clientset: %w", err)
 	}
-	// A device plugin's resource of the same name as a class's: kept of each Node, so that a pod
-	// is never given GPUs twice.
-	var advertised []corev1.ResourceName
-	for _, c := range o.DeviceClasses {
-		if c.ExtendedResourceName != "" {
-			advertised = append(advertised, c.ExtendedResourceName)
-		}
-	}
-	var validator *claimvalidation.Validator
-	informers := inventory.NewInformers(cs, o.Resync, func() { validator.Invalidate() }, advertised...)
-	claims := inventory.NewClaims(cs, o.Resync, func() { validator.InvalidateClaims() })
-	features := servedfeatures.New(cs, o.Namespace,
-		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
-		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
-		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
-		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
-		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"))
-	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers, feasibility.WithServed(features), feasibility.WithClaims(claims))
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		informers.Start(ctx)
-		claims.Start(ctx)
-		// Find out what the API server serves now rather than at the first request that needs it,
-		// and say so in the log once.
-		features.Warm(ctx)
-		if cache.WaitForCacheSync(ctx.Done(), informers.HasSynced) {
-			features.ExtendedResources(ctx, informers.DeviceClasses())
-		}
-		if cache.WaitForCacheSync(ctx.Done(), informers.HasSynced, claims.HasSynced) {
-			// The initial lists are the process's peak (pages decoded next to what the caches
-			// keep): hand that back to the OS now rather than when the scavenger gets to it,
-			// so that the footprint a node sees is what the caches hold.
-			debug.FreeOSMemory()
-		}
-		<-ctx.Done()
-		return nil
-	})); err != nil {
+	a := newAnalysis(cs, o, groups)
+	if err := mgr.Add(manager.RunnableFunc(a.run)); err != nil {
 		return fmt.Errorf("add informers: %w", err)
 	}
-	c := &cluster{informers: informers, features: features, cs: cs, shared: validator}
-
+	c := &cluster{informers: a.informers, features: a.features, cs: cs, shared: a.validator}
 	templates := podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		templates.Run(ctx)
@@ -127,8 +93,8 @@ func Setup(mgr manager.Manager, o *Options) error {
 	}
 	injector, err := podinject.NewHandler(templates,
 		podinject.WithDriverName(o.DriverName),
-		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
-		podinject.WithValidator(validator),
+		podinject.WithMaxDevicesPerNode(groups.MaxDevicesPerNode()),
+		podinject.WithValidator(a.validator),
 		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
 		podinject.WithDeviceClasses(o.DeviceClasses...),
 		podinject.WithCluster(c),
@@ -138,21 +104,91 @@ func Setup(mgr manager.Manager, o *Options) error {
 	}
 	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
-	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
+	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: a.validator}})
 	srv.Register(claimvalidation.AdminAccessPath, &admission.Webhook{Handler: &claimvalidation.AdminAccessHandler{Support: c, Namespaces: c}})
 	srv.Register(podinject.Path, injector)
+	return addChecks(mgr, srv.StartedChecker(), a, templates)
+}
 
+// analysis is the claim validator and the caches it judges against: the published devices, the
+// claims' allocations and what the API server serves.
+type analysis struct {
+	informers *inventory.Informers
+	claims    *inventory.Claims
+	features  *servedfeatures.Detector
+	validator *claimvalidation.Validator
+}
+
+// newAnalysis makes the caches, then the validator that reads them. The caches' change callbacks
+// reach the validator through a pointer set once it exists: a change before then has no view to
+// invalidate.
+func newAnalysis(cs kubernetes.Interface, o *Options, groups *nodegroups.Config) *analysis {
+	// A device plugin's resource of the same name as a class's: kept of each Node, so that a pod
+	// is never given GPUs twice.
+	var advertised []corev1.ResourceName
+	for _, c := range o.DeviceClasses {
+		if c.ExtendedResourceName != "" {
+			advertised = append(advertised, c.ExtendedResourceName)
+		}
+	}
+	var validator atomic.Pointer[claimvalidation.Validator]
+	a := &analysis{
+		informers: inventory.NewInformers(cs, o.Resync, func() {
+			if v := validator.Load(); v != nil {
+				v.Invalidate()
+			}
+		}, advertised...),
+		claims: inventory.NewClaims(cs, o.Resync, func() {
+			if v := validator.Load(); v != nil {
+				v.InvalidateClaims()
+			}
+		}),
+		features: servedfeatures.New(cs, o.Namespace,
+			servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
+			servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
+			servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
+			servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
+			servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters")),
+	}
+	a.validator = claimvalidation.New(o.DriverName, groups, o.Deny, a.informers, feasibility.WithServed(a.features), feasibility.WithClaims(a.claims))
+	validator.Store(a.validator)
+	return a
+}
+
+// run starts the caches and learns what the API server serves, then waits for ctx to end.
+func (a *analysis) run(ctx context.Context) error {
+	a.informers.Start(ctx)
+	a.claims.Start(ctx)
+	// Find out what the API server serves now rather than at the first request that needs it,
+	// and say so in the log once.
+	a.features.Warm(ctx)
+	if cache.WaitForCacheSync(ctx.Done(), a.informers.HasSynced) {
+		a.features.ExtendedResources(ctx, a.informers.DeviceClasses())
+	}
+	if cache.WaitForCacheSync(ctx.Done(), a.informers.HasSynced, a.claims.HasSynced) {
+		// The initial lists are the process's peak (pages decoded next to what the caches
+		// keep): hand that back to the OS now rather than when the scavenger gets to it,
+		// so that the footprint a node sees is what the caches hold.
+		debug.FreeOSMemory()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// addChecks adds the liveness check and the readiness checks: the webhook server started, and
+// every cache listed.
+func addChecks(mgr manager.Manager, started healthz.Checker, a *analysis, templates *podinject.APIClient) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add healthz: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+	if err := mgr.AddReadyzCheck("webhook", started); err != nil {
 		return fmt.Errorf("add readyz: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
-		if !informers.HasSynced() {
+		if !a.informers.HasSynced() {
 			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
 		}
-		if !claims.HasSynced() {
+		if !a.claims.HasSynced() {
 			return errors.New("ResourceClaims not listed yet")
 		}
 		if !templates.HasSynced() {

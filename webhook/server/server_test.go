@@ -27,45 +27,78 @@ import (
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
+// TestFlags: list flags are comma-separated, and a later use replaces the list.
 func TestFlags(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "gpu-dra")
 	for _, tc := range []struct {
-		name    string
-		args    []string
-		want    []claimvalidation.Rule
-		wantErr bool
+		name       string
+		args       []string
+		deny       []claimvalidation.Rule
+		namespaces []string
+		classes    []podinject.DeviceClass
+		wantErr    string
 	}{
 		{name: "none"},
-		{name: "list", args: []string{"--deny=missing-class,unsatisfiable"}, want: []claimvalidation.Rule{claimvalidation.RuleMissingClass, claimvalidation.RuleUnsatisfiable}},
-		{name: "switches", args: []string{"--deny-deprecated-version", "--deny-missing-class=false"}, want: []claimvalidation.Rule{claimvalidation.RuleDeprecatedVersion}},
-		{name: "unknown rule", args: []string{"--deny=typo"}, wantErr: true},
+		{name: "deny list", args: []string{"--deny=missing-class, unsatisfiable,"}, deny: []claimvalidation.Rule{claimvalidation.RuleMissingClass, claimvalidation.RuleUnsatisfiable}},
+		{name: "deny replaced", args: []string{"--deny=missing-class", "--deny=deprecated-version"}, deny: []claimvalidation.Rule{claimvalidation.RuleDeprecatedVersion}},
+		{name: "deny emptied", args: []string{"--deny=missing-class", "--deny="}},
+		{name: "unknown rule", args: []string{"--deny=typo"}, wantErr: `invalid value "typo" for flag -deny: unknown rule "typo"`},
+		{name: "switches are gone", args: []string{"--deny-deprecated-version"}, wantErr: "flag provided but not defined: -deny-deprecated-version"},
+		{name: "excluded namespaces", args: []string{"--excluded-namespaces=kube-system, gpu-dra,", "--excluded-namespaces=more,other"}, namespaces: []string{"more", "other"}},
+		{name: "device classes", args: []string{"--device-classes=old.example.com", "--device-classes=gpu.example.com=gpu.example.com/gpu,gpu-timesliced.example.com"},
+			classes: []podinject.DeviceClass{{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"}, {Name: "gpu-timesliced.example.com"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions()
 			fs := flag.NewFlagSet("test", flag.ContinueOnError)
 			fs.SetOutput(new(discard))
 			o.AddFlags(fs)
-			err := fs.Parse(append([]string{"--driver-name=gpu.example.com", "--port=9443"}, tc.args...))
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, wantErr %t", err, tc.wantErr)
+			err := fs.Parse(tc.args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
 			}
-			if err == nil && !reflect.DeepEqual(o.Deny, tc.want) {
-				t.Fatalf("deny = %v, want %v", o.Deny, tc.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(o.Deny, tc.deny) || !reflect.DeepEqual(o.ExcludedNamespaces, tc.namespaces) || !reflect.DeepEqual(o.DeviceClasses, tc.classes) {
+				t.Errorf("deny %v, excluded namespaces %q, classes %+v; want %v, %q, %+v", o.Deny, o.ExcludedNamespaces, o.DeviceClasses, tc.deny, tc.namespaces, tc.classes)
+			}
+			if err := o.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
 			}
 		})
 	}
+}
+
+// TestValidate: every bad option is reported at once, each naming its flag.
+func TestValidate(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
 	o := NewOptions()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse([]string{"--excluded-namespaces=kube-system, gpu-dra,", "--excluded-namespaces=more"}); err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"kube-system", "gpu-dra", "more"}; !reflect.DeepEqual(o.ExcludedNamespaces, want) {
-		t.Errorf("excluded namespaces %q, want %q", o.ExcludedNamespaces, want)
-	}
-	o = NewOptions()
+	o.DriverName = "GPU_Example"
 	o.Port = 0
-	if err := o.Validate(); err == nil {
-		t.Fatal("port 0 accepted")
+	o.MaxTemplatesPerNamespace = 0
+	o.HealthProbeBindAddress = ""
+	o.MetricsBindAddress = ":http-metrics"
+	o.DeviceClasses = []podinject.DeviceClass{{Name: "bad", ExtendedResourceName: "kubernetes.io/gpu"}, {ExtendedResourceName: "example.com/gpu"}}
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted every bad option")
+	}
+	for _, want := range []string{`--driver-name="GPU_Example"`, "--port=0", "--max-templates-per-namespace=0", `--health-probe-bind-address=""`,
+		`--metrics-bind-address=":http-metrics"`, "--device-classes: bad=kubernetes.io/gpu", "--device-classes: an entry has no class name",
+		"--namespace: required (default $POD_NAMESPACE)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v\nwant it to name %s", err, want)
+		}
+	}
+	t.Setenv("POD_NAMESPACE", "gpu-dra")
+	if o := NewOptions(); o.Namespace != "gpu-dra" {
+		t.Errorf("namespace %q, want $POD_NAMESPACE", o.Namespace)
+	} else if err := o.Validate(); err != nil {
+		t.Errorf("defaults with $POD_NAMESPACE: %v", err)
 	}
 }
 
@@ -125,6 +158,7 @@ func startWebhookServer(t *testing.T, o *Options, handler http.Handler) string {
 	o.Host = host
 	o.Port, _ = strconv.Atoi(portStr)
 	o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0"
+	o.Namespace = "default"
 	// No API server is needed: nothing here reads from it.
 	mgr, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, o)
 	if err != nil {
@@ -187,26 +221,4 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
-}
-
-// TestDeviceClassFlag: the chart passes one --device-class per class; a bad extended resource name
-// stops the binary before it serves.
-func TestDeviceClassFlag(t *testing.T) {
-	o := NewOptions()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse([]string{"--device-class=gpu.example.com=gpu.example.com/gpu", "--device-class=gpu-timesliced.example.com"}); err != nil {
-		t.Fatal(err)
-	}
-	want := []podinject.DeviceClass{{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"}, {Name: "gpu-timesliced.example.com"}}
-	if !reflect.DeepEqual(o.DeviceClasses, want) {
-		t.Errorf("classes = %+v, want %+v", o.DeviceClasses, want)
-	}
-	if err := o.Validate(); err != nil {
-		t.Errorf("Validate: %v", err)
-	}
-	o.DeviceClasses = append(o.DeviceClasses, podinject.DeviceClass{Name: "bad", ExtendedResourceName: "kubernetes.io/gpu"})
-	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--device-class=bad=kubernetes.io/gpu") {
-		t.Errorf("Validate = %v, want the bad flag named", err)
-	}
 }

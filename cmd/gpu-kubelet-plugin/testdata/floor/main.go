@@ -69,7 +69,7 @@ func main() {
 	plugins := flag.String("kubelet-plugins-dir", kubeletplugin.KubeletPluginsDir, "")
 	qps := flag.Float64("kube-api-qps", 50, "")
 	burst := flag.Int("kube-api-burst", 100, "")
-	for _, ignored := range []string{"cdi-root", "health-addr", "metrics-addr", "node-groups"} {
+	for _, ignored := range []string{"cdi-root", "health-probe-bind-address", "metrics-bind-address", "node-groups"} {
 		flag.String(ignored, "", "ignored")
 	}
 	flag.Parse()
