@@ -25,6 +25,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
+	"github.com/gpu-dra/gpu-dra/webhook/claimadmission"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -138,8 +139,8 @@ func Setup(mgr manager.Manager, o *Options) error {
 	}
 	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
-	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
-	srv.Register(claimvalidation.AdminAccessPath, &admission.Webhook{Handler: &claimvalidation.AdminAccessHandler{Support: c, Namespaces: c}})
+	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimadmission.Handler{Validator: validator}})
+	srv.Register(claimadmission.AdminAccessPath, &admission.Webhook{Handler: &claimadmission.AdminAccessHandler{Support: c, Namespaces: c}})
 	srv.Register(podinject.Path, injector)
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

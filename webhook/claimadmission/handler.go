@@ -1,4 +1,8 @@
-package claimvalidation
+// Package claimadmission is the webhook's admission side for ResourceClaims and
+// ResourceClaimTemplates: it decodes AdmissionReviews, runs the claim validation
+// (internal/analysis/claimvalidation) on them, answers with the verdict and counts the verdicts,
+// and explains ahead of the API server why a claim asking for admin access is refused.
+package claimadmission
 
 import (
 	"context"
@@ -11,13 +15,14 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
-// Handler serves the Validator as a controller-runtime admission handler for ResourceClaims and
+// Handler serves a claimvalidation.Validator as a controller-runtime admission handler for ResourceClaims and
 // ResourceClaimTemplates of every resource.k8s.io version.
 type Handler struct {
-	Validator *Validator
+	Validator *claimvalidation.Validator
 }
 
 var _ admission.Handler = &Handler{}
