@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation/claimvalidationtest"
-	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
@@ -48,7 +47,7 @@ func TestHeldNow(t *testing.T) {
 		{"claim, one GPU free", held[:1], claim, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := claimvalidation.New(claimvalidationtest.Driver, &nodegroups.Config{}, claimvalidation.Rules, st, feasibility.WithClaims(tc.held))
+			v := claimvalidation.New(claimvalidationtest.Driver, &nodegroups.Config{}, claimvalidation.Rules, st, claimvalidation.WithClaims(tc.held))
 			obj, _, err := unstructuredFor(tc.raw)
 			if err != nil {
 				t.Fatal(err)

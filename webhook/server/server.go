@@ -21,7 +21,6 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
@@ -96,7 +95,7 @@ func Setup(mgr manager.Manager, o *Options) error {
 		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
 		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
 		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"))
-	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers, feasibility.WithServed(features), feasibility.WithClaims(claims))
+	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers, claimvalidation.WithServed(features), claimvalidation.WithClaims(claims))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		informers.Start(ctx)
 		claims.Start(ctx)

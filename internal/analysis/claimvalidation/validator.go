@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -26,6 +27,7 @@ type Validator struct {
 	driver     string
 	checker    *celcheck.Checker
 	view       *feasibility.View
+	held       *diagnosis.Held
 	maxDevices int
 	deny       map[Rule]bool
 }
@@ -34,9 +36,9 @@ type Validator struct {
 // drift: selectors are judged against the device schema of driver, counts against the largest
 // node of groups (nil: the defaults), and the findings of the deny rules reject instead of warn.
 // With a published source the DeviceClass and feasibility checks run over what it lists (call
-// Invalidate when that changes); without one they are off. opts configure the feasibility view:
-// the features the cluster serves, and the claims whose allocations a claim is also judged against.
-func New(driver string, groups *nodegroups.Config, deny []Rule, published feasibility.Lister, opts ...feasibility.Option) *Validator {
+// Invalidate when that changes); without one they are off. opts tell the features the cluster
+// serves, and the claims whose allocations a claim is also judged against.
+func New(driver string, groups *nodegroups.Config, deny []Rule, published feasibility.Lister, opts ...Option) *Validator {
 	if groups == nil {
 		groups = &nodegroups.Config{}
 	}
@@ -50,10 +52,38 @@ func New(driver string, groups *nodegroups.Config, deny []Rule, published feasib
 	for _, r := range deny {
 		v.deny[r] = true
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if published != nil {
-		v.view = feasibility.New(published, v.checker, opts...)
+		v.view = feasibility.New(published, v.checker, o.view...)
+		if o.claims != nil {
+			v.held = diagnosis.NewHeld(v.view, o.claims)
+		}
 	}
 	return v
+}
+
+// Option configures a Validator.
+type Option func(*options)
+
+type options struct {
+	view   []feasibility.Option
+	claims diagnosis.ClaimLister
+}
+
+// WithServed makes the feasibility check run the allocator with the features served says the
+// cluster serves.
+func WithServed(served feasibility.Served) Option {
+	return func(o *options) { o.view = append(o.view, feasibility.WithServed(served)) }
+}
+
+// WithClaims judges a claim (not a template) also against what the current allocations of the
+// claims listed leave free: when every matching device is held, a warning names the holders. Call
+// InvalidateClaims when what claims lists changes.
+func WithClaims(claims diagnosis.ClaimLister) Option {
+	return func(o *options) { o.claims = claims }
 }
 
 // Invalidate says that what the published source lists has changed; the next check reads it again.
@@ -63,10 +93,10 @@ func (v *Validator) Invalidate() {
 	}
 }
 
-// InvalidateClaims says that what the claims of feasibility.WithClaims list has changed.
+// InvalidateClaims says that what the claims of WithClaims list has changed.
 func (v *Validator) InvalidateClaims() {
-	if v.view != nil {
-		v.view.InvalidateClaims()
+	if v.held != nil {
+		v.held.Invalidate()
 	}
 }
 
@@ -188,10 +218,10 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 			logger.Error(err, "Feasibility check failed; admitting without it")
 		case msg != "":
 			res.add(v.deny[RuleUnsatisfiable], field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "nothing currently published can satisfy the claim: "+msg))
-		case obj.Arrived.Kind == resourceversion.KindClaim:
+		case obj.Arrived.Kind == resourceversion.KindClaim && v.held != nil:
 			// A claim is allocated as soon as it is scheduled; a template's claims come later,
 			// when what is free will have changed. Never a denial: a claim may wait for devices.
-			held, err := v.view.HeldNow(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
+			held, err := v.held.HeldNow(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
 			switch {
 			case err != nil:
 				logger.Error(err, "Current-allocation check failed; admitting without it")

@@ -15,7 +15,7 @@ import (
 // the device would set aside for it (the request rounded up as its requestPolicy says) is within
 // the policy and within the capacity. Without capacity requests dm is returned as it is. When
 // dm's devices all fall short, why says so, naming the capacities and the most any of them offers.
-func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.CapacityRequirements) (*deviceMatches, string) {
+func (s *Snapshot) withCapacity(dm *Matches, capacity *resourceapi.CapacityRequirements) (*Matches, string) {
 	if capacity == nil || len(capacity.Requests) == 0 {
 		return dm, ""
 	}
@@ -25,7 +25,7 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 	}
 	slices.Sort(names)
 	h := sha256.New()
-	for _, m := range dm.matched {
+	for _, m := range dm.Matched {
 		if m {
 			h.Write([]byte{1})
 		} else {
@@ -41,14 +41,14 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 		c := cached.(*capacityMatches)
 		return c.dm, c.why
 	}
-	out := &deviceMatches{counts: make([]int, len(s.nodes)), matched: make([]bool, len(s.devices))}
+	out := &Matches{Counts: make([]int, len(s.nodes)), Matched: make([]bool, len(s.devices))}
 	selected := 0
 	// most is, per requested capacity, the largest amount a selected device could set aside.
 	most := map[string]resource.Quantity{}
 	missing := map[string]int{}
 	// heldBySome: some selected device could hold the request's amount of this capacity.
 	heldBySome := map[string]bool{}
-	for d, m := range dm.matched {
+	for d, m := range dm.Matched {
 		if !m {
 			continue
 		}
@@ -75,13 +75,13 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 		if !fits {
 			continue
 		}
-		out.matched[d] = true
-		for _, n := range s.nodesOf(d) {
-			out.counts[n]++
+		out.Matched[d] = true
+		for _, n := range s.NodesOf(d) {
+			out.Counts[n]++
 		}
 	}
 	why := ""
-	if selected > 0 && countMatched(out) == 0 {
+	if selected > 0 && out.Count() == 0 {
 		// Name the capacities no device holds; when each is held by some device, but never all of
 		// them by one, name them all.
 		short := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return heldBySome[n] })
@@ -100,15 +100,19 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 				parts = append(parts, fmt.Sprintf("%s %s requested, at most %s on a device", n, q.String(), m.String()))
 			}
 		}
+		match := "devices match"
+		if selected == 1 {
+			match = "device matches"
+		}
 		why = fmt.Sprintf("%d published %s its class and selectors, but none can hold its capacity requests: %s; request at most what a device offers",
-			selected, verb(selected, "device matches", "devices match"), strings.Join(parts, "; "))
+			selected, match, strings.Join(parts, "; "))
 	}
 	s.matchResults.Add(key, &capacityMatches{dm: out, why: why})
 	return out, why
 }
 
 type capacityMatches struct {
-	dm  *deviceMatches
+	dm  *Matches
 	why string
 }
 

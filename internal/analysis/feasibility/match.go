@@ -8,12 +8,13 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
 )
 
-// classExprs are the CEL expressions of a class's selectors.
-func classExprs(class *resourceapi.DeviceClass) []string {
-	return selectorExprs(class.Spec.Selectors)
+// ClassExprs are the CEL expressions of a class's selectors.
+func ClassExprs(class *resourceapi.DeviceClass) []string {
+	return SelectorExprs(class.Spec.Selectors)
 }
 
-func selectorExprs(selectors []resourceapi.DeviceSelector) []string {
+// SelectorExprs are the CEL expressions of selectors.
+func SelectorExprs(selectors []resourceapi.DeviceSelector) []string {
 	var exprs []string
 	for _, sel := range selectors {
 		if sel.CEL != nil {
@@ -23,8 +24,8 @@ func selectorExprs(selectors []resourceapi.DeviceSelector) []string {
 	return exprs
 }
 
-// matchExprs finds the devices all exprs accept; false when one of them does not compile.
-func (v *View) matchExprs(ctx context.Context, s *snapshot, exprs []string) (*deviceMatches, bool) {
+// Match finds the devices all exprs accept; false when one of them does not compile.
+func (v *View) Match(ctx context.Context, s *Snapshot, exprs []string) (*Matches, bool) {
 	var refs []celcheck.Ref
 	opaque := false
 	for _, e := range exprs {

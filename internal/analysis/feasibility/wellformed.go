@@ -9,13 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// wellFormed reports the first structural fault of spec that the API server's validation refuses
+// WellFormed reports the first structural fault of spec that the API server's validation refuses
 // and the scheduler's allocator takes for granted (it panics on some: a duplicate request name
 // makes it look up the wrong request, an empty one mistakes a firstAvailable request for an exact
 // one). The API server validates before calling webhooks, but a review can be sent by anyone and
 // kubectl dra validates files offline, so the feasibility check gives no verdict on such a spec
 // rather than trusting it.
-func wellFormed(spec *resourceapi.ResourceClaimSpec) error {
+func WellFormed(spec *resourceapi.ResourceClaimSpec) error {
 	names := sets.New[string]()
 	for i, r := range spec.Devices.Requests {
 		if errs := validation.IsDNS1123Label(r.Name); len(errs) > 0 {
