@@ -11,6 +11,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
@@ -109,35 +110,17 @@ func (v *Validator) PublishesShared() (bool, error) {
 	return v.view.PublishesShared(v.driver)
 }
 
-// deviceRequest is an exact request or a firstAvailable subrequest, with where it sits.
-type deviceRequest struct {
-	name      string
-	class     string
-	selectors []resourceapi.DeviceSelector
-	mode      resourceapi.DeviceAllocationMode
-	count     int64
-	path      *field.Path
-}
-
-func requests(obj *resourceversion.Object) []deviceRequest {
-	spec := obj.Spec()
-	var out []deviceRequest
-	for i, r := range spec.Devices.Requests {
-		p := obj.SpecPath().Child("devices", "requests").Index(i)
-		if r.Exactly != nil {
-			ep := p.Child("exactly")
-			if obj.IsV1Beta1() {
-				// v1beta1 has no `exactly`: point at the fields where the user wrote them.
-				ep = p
-			}
-			e := r.Exactly
-			out = append(out, deviceRequest{name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count, path: ep})
-		}
-		for j, s := range r.FirstAvailable {
-			out = append(out, deviceRequest{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count, path: p.Child("firstAvailable").Index(j)})
-		}
+// requestPath is where r sits in obj, as the user wrote it.
+func requestPath(obj *resourceversion.Object, r *feasibility.Request) *field.Path {
+	p := obj.SpecPath().Child("devices", "requests").Index(r.Index)
+	switch {
+	case r.Subrequest >= 0:
+		return p.Child("firstAvailable").Index(r.Subrequest)
+	case obj.IsV1Beta1():
+		// v1beta1 has no `exactly`: point at the fields where the user wrote them.
+		return p
 	}
-	return out
+	return p.Child("exactly")
 }
 
 // Validate judges obj. Requests and opaque config of other drivers pass untouched.
@@ -148,21 +131,22 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 	classMissing := false
 	inventoryDown := false
 	ourRequests := map[string]bool{}
-	for _, r := range requests(obj) {
+	for _, r := range feasibility.Requests(obj.Spec()) {
+		path := requestPath(obj, r)
 		var class *resourceapi.DeviceClass
 		classKnown := v.view != nil
 		if classKnown {
-			c, err := v.view.DeviceClass(r.class)
+			c, err := v.view.DeviceClass(r.Class)
 			if err != nil {
 				// Without the class only the selectors can say whether the request is ours.
-				logger.Info("DeviceClass lookup failed; judging by the selectors only", "deviceClass", r.class, "err", err)
+				logger.Info("DeviceClass lookup failed; judging by the selectors only", "deviceClass", r.Class, "err", err)
 				classKnown = false
 				inventoryDown = true
 			}
 			class = c
 		}
 		ours := v.classIsOurs(class)
-		for _, s := range r.selectors {
+		for _, s := range r.Selectors {
 			if s.CEL != nil && v.checker.Analyze(s.CEL.Expression).NamesDomain {
 				ours = true
 			}
@@ -172,12 +156,12 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 			continue
 		}
 		judged = true
-		ourRequests[strings.SplitN(r.name, "/", 2)[0]] = true
-		for i, s := range r.selectors {
+		ourRequests[resourceclaim.BaseRequestRef(r.Name)] = true
+		for i, s := range r.Selectors {
 			if s.CEL == nil {
 				continue
 			}
-			p := r.path.Child("selectors").Index(i).Child("cel", "expression")
+			p := path.Child("selectors").Index(i).Child("cel", "expression")
 			a := v.checker.Analyze(s.CEL.Expression)
 			if a.CompileError != "" {
 				res.add(true, field.Invalid(p, s.CEL.Expression, a.CompileError))
@@ -187,14 +171,14 @@ func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) R
 				res.add(true, field.Invalid(p, s.CEL.Expression, issue))
 			}
 		}
-		if ours && v.maxDevices > 0 && r.mode == resourceapi.DeviceAllocationModeExactCount && r.count > int64(v.maxDevices) {
-			res.add(true, field.Invalid(r.path.Child("count"), r.count, fmt.Sprintf("request %s wants %d devices, but no node of driver %s holds more than %d; request at most %d or split the work across several claims",
-				r.name, r.count, v.driver, v.maxDevices, v.maxDevices)))
+		if ours && v.maxDevices > 0 && r.Mode == resourceapi.DeviceAllocationModeExactCount && r.Count > int64(v.maxDevices) {
+			res.add(true, field.Invalid(path.Child("count"), r.Count, fmt.Sprintf("request %s wants %d devices, but no node of driver %s holds more than %d; request at most %d or split the work across several claims",
+				r.Name, r.Count, v.driver, v.maxDevices, v.maxDevices)))
 		}
 		if missing {
 			classMissing = true
-			notFound := field.NotFound(r.path.Child("deviceClassName"), r.class)
-			notFound.Detail = fmt.Sprintf("DeviceClass %q does not exist; create it or use this driver's class %q", r.class, v.driver)
+			notFound := field.NotFound(path.Child("deviceClassName"), r.Class)
+			notFound.Detail = fmt.Sprintf("DeviceClass %q does not exist; create it or use this driver's class %q", r.Class, v.driver)
 			res.add(v.deny[RuleMissingClass], notFound)
 		}
 	}
@@ -270,7 +254,7 @@ func ownPart(spec *resourceapi.ResourceClaimSpec, ours map[string]bool) *resourc
 	for _, c := range spec.Devices.Constraints {
 		keep := true
 		for _, name := range c.Requests {
-			if !ours[strings.SplitN(name, "/", 2)[0]] {
+			if !ours[resourceclaim.BaseRequestRef(name)] {
 				keep = false
 			}
 		}

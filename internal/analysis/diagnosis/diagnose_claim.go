@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
@@ -162,7 +163,7 @@ func (d *diagnoser) involved(c resourceapi.DeviceConstraint, all []*judged) []*j
 	names := requestNames(d.spec, c.Requests)
 	var sub []*judged
 	for _, j := range all {
-		if slices.ContainsFunc(names, func(n string) bool { return n == j.Name || n == strings.SplitN(j.Name, "/", 2)[0] }) {
+		if slices.ContainsFunc(names, func(n string) bool { return n == j.Name || n == resourceclaim.BaseRequestRef(j.Name) }) {
 			sub = append(sub, j)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 )
 
 // WellFormed reports the first structural fault of spec that the API server's validation refuses
@@ -41,8 +42,7 @@ func WellFormed(spec *resourceapi.ResourceClaimSpec) error {
 	}
 	for i, c := range spec.Devices.Constraints {
 		for j, name := range c.Requests {
-			parent, _, _ := strings.Cut(name, "/")
-			if !names.Has(parent) {
+			if !names.Has(resourceclaim.BaseRequestRef(name)) {
 				return fmt.Errorf("spec.devices.constraints[%d].requests[%d]: no request named %q", i, j, name)
 			}
 		}
