@@ -6,15 +6,12 @@ package claimvalidation
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
-	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
@@ -125,101 +122,21 @@ func requestPath(obj *resourceversion.Object, r *feasibility.Request) *field.Pat
 
 // Validate judges obj. Requests and opaque config of other drivers pass untouched.
 func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) Result {
-	logger := klog.FromContext(ctx)
-	var res Result
-	judged := false
-	classMissing := false
-	inventoryDown := false
-	ourRequests := map[string]bool{}
+	j := &judgement{obj: obj, ours: map[string]bool{}}
 	for _, r := range feasibility.Requests(obj.Spec()) {
-		path := requestPath(obj, r)
-		var class *resourceapi.DeviceClass
-		classKnown := v.view != nil
-		if classKnown {
-			c, err := v.view.DeviceClass(r.Class)
-			if err != nil {
-				// Without the class only the selectors can say whether the request is ours.
-				logger.Info("DeviceClass lookup failed; judging by the selectors only", "deviceClass", r.Class, "err", err)
-				classKnown = false
-				inventoryDown = true
-			}
-			class = c
-		}
-		ours := v.classIsOurs(class)
-		for _, s := range r.Selectors {
-			if s.CEL != nil && v.checker.Analyze(s.CEL.Expression).NamesDomain {
-				ours = true
-			}
-		}
-		missing := classKnown && class == nil
-		if !ours && !missing {
-			continue
-		}
-		judged = true
-		ourRequests[resourceclaim.BaseRequestRef(r.Name)] = true
-		for i, s := range r.Selectors {
-			if s.CEL == nil {
-				continue
-			}
-			p := path.Child("selectors").Index(i).Child("cel", "expression")
-			a := v.checker.Analyze(s.CEL.Expression)
-			if a.CompileError != "" {
-				res.add(true, field.Invalid(p, s.CEL.Expression, a.CompileError))
-				continue
-			}
-			for _, issue := range a.Issues {
-				res.add(true, field.Invalid(p, s.CEL.Expression, issue))
-			}
-		}
-		if ours && v.maxDevices > 0 && r.Mode == resourceapi.DeviceAllocationModeExactCount && r.Count > int64(v.maxDevices) {
-			res.add(true, field.Invalid(path.Child("count"), r.Count, fmt.Sprintf("request %s wants %d devices, but no node of driver %s holds more than %d; request at most %d or split the work across several claims",
-				r.Name, r.Count, v.driver, v.maxDevices, v.maxDevices)))
-		}
-		if missing {
-			classMissing = true
-			notFound := field.NotFound(path.Child("deviceClassName"), r.Class)
-			notFound.Detail = fmt.Sprintf("DeviceClass %q does not exist; create it or use this driver's class %q", r.Class, v.driver)
-			res.add(v.deny[RuleMissingClass], notFound)
-		}
+		v.checkRequest(ctx, j, r)
 	}
-	configs := obj.SpecPath().Child("devices", "config")
-	for i, c := range obj.Spec().Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != v.driver {
-			continue
-		}
-		judged = true
-		if _, errs := v1alpha1.Decode(c.Opaque.Parameters.Raw, configs.Index(i).Child("opaque", "parameters")); len(errs) > 0 {
-			res.addConfig(errs)
-		}
+	v.checkConfigs(j)
+	if !j.judged {
+		return j.res
 	}
-	if !judged {
-		return res
+	// Feasibility is only worth asking about a claim whose requests are sound and whose classes
+	// are known.
+	if len(j.res.Errors) == 0 && !j.classMissing && !j.inventoryDown && v.view != nil {
+		v.checkFeasible(ctx, j)
 	}
-	if len(res.Errors) == 0 && !classMissing && !inventoryDown && v.view != nil {
-		msg, err := v.view.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
-		switch {
-		case err != nil:
-			logger.Error(err, "Feasibility check failed; admitting without it")
-		case msg != "":
-			res.add(v.deny[RuleUnsatisfiable], field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "nothing currently published can satisfy the claim: "+msg))
-		case obj.Arrived.Kind == resourceversion.KindClaim && v.held != nil:
-			// A claim is allocated as soon as it is scheduled; a template's claims come later,
-			// when what is free will have changed. Never a denial: a claim may wait for devices.
-			held, err := v.held.HeldNow(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
-			switch {
-			case err != nil:
-				logger.Error(err, "Current-allocation check failed; admitting without it")
-			case held != "":
-				res.add(false, field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "fits, but every matching GPU is held now: "+held))
-			}
-		}
-	}
-	if obj.Deprecated() {
-		// About the object as a whole, so no field.
-		res.add(v.deny[RuleDeprecatedVersion], &field.Error{Type: field.ErrorTypeInvalid, BadValue: obj.Arrived.GroupVersion().String(),
-			Detail: fmt.Sprintf("%s %s is deprecated and removed in Kubernetes 1.38; write it as resource.k8s.io/v1: %s", obj.Arrived.GroupVersion(), obj.Arrived.Kind, obj.V1Form())})
-	}
-	return res
+	v.checkDeprecation(j)
+	return j.res
 }
 
 // classIsOurs: the class selects this driver's devices.

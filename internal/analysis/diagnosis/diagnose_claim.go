@@ -18,24 +18,9 @@ import (
 // every request fits alone; when it finds no place it tells constraints from requests that only
 // fit one by one.
 func (d *diagnoser) judgeClaim(ctx context.Context, diag *Diagnosis, all []*judged) {
-	nreq := len(d.spec.Devices.Requests)
-	for ri := range nreq {
-		if !slices.ContainsFunc(all, func(j *judged) bool { return j.Index == ri && j.diag.Fits }) {
-			return // that request's findings say why
-		}
-	}
-	var candidates []int
-	for n := range d.s.NumNodes() {
-		ok := true
-		for ri := range nreq {
-			if !slices.ContainsFunc(all, func(j *judged) bool { return j.Index == ri && j.fits(n) }) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			candidates = append(candidates, n)
-		}
+	candidates, ok := d.fitAlone(all)
+	if !ok {
+		return // a request that fits nowhere: its findings say why
 	}
 	if len(candidates) == 0 {
 		diag.Findings = append(diag.Findings, d.apart(all))
@@ -70,33 +55,62 @@ func (d *diagnoser) judgeClaim(ctx context.Context, diag *Diagnosis, all []*judg
 		diag.Findings = append(diag.Findings, Finding{Cause: CauseAllocatable,
 			Message: fmt.Sprintf("the allocator finds devices for the claim now, on node %s", diag.Node),
 			Fix:     "if its pod stays Pending, something other than its devices keeps it off that node (node selector, taints, CPU or memory): see the scheduler's message"})
-		return
 	case err != nil:
 		diag.Findings = append(diag.Findings, Finding{Cause: CauseUnknown, Message: fmt.Sprintf("the allocator fails: %v", err)})
-		return
 	case !complete:
 		diag.Findings = append(diag.Findings, Finding{Cause: CauseUnknown,
 			Message: fmt.Sprintf("the allocator found no place on the nodes it tried and could not try them all within %s (%d nodes where each request fits alone)", diagnoseTimeout, len(candidates))})
-		return
+	default:
+		diag.Findings = append(diag.Findings, d.noPlace(ctx, all, candidates, alts)...)
 	}
+}
+
+// fitAlone are the nodes where every request fits alone; false when some request fits on no node.
+func (d *diagnoser) fitAlone(all []*judged) ([]int, bool) {
+	nreq := len(d.spec.Devices.Requests)
+	for ri := range nreq {
+		if !slices.ContainsFunc(all, func(j *judged) bool { return j.Index == ri && j.diag.Fits }) {
+			return nil, false
+		}
+	}
+	var candidates []int
+	for n := range d.s.NumNodes() {
+		ok := true
+		for ri := range nreq {
+			if !slices.ContainsFunc(all, func(j *judged) bool { return j.Index == ri && j.fits(n) }) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			candidates = append(candidates, n)
+		}
+	}
+	return candidates, true
+}
+
+// noPlace explains why the allocator places the claim on none of the candidate nodes, where each
+// request fits alone: the constraints that cannot hold, or requests competing for the devices.
+func (d *diagnoser) noPlace(ctx context.Context, all []*judged, candidates []int, alts []*feasibility.Alternative) []Finding {
 	if len(d.spec.Devices.Constraints) > 0 {
 		unconstrained := d.spec.DeepCopy()
 		unconstrained.Devices.Constraints = nil
 		if n, _, _ := d.firstFit(ctx, candidates, unconstrained, alts); n >= 0 {
+			var out []Finding
 			for ci, c := range d.spec.Devices.Constraints {
 				one := d.spec.DeepCopy()
 				one.Devices.Constraints = []resourceapi.DeviceConstraint{c}
 				if n, complete, _ := d.firstFit(ctx, candidates, one, alts); n < 0 && complete {
-					diag.Findings = append(diag.Findings, d.constraint(ci, c, all, candidates))
+					out = append(out, d.constraint(ci, c, all, candidates))
 				}
 			}
-			if len(diag.Findings) == 0 {
-				diag.Findings = append(diag.Findings, constraintsTogether())
+			if len(out) == 0 {
+				out = append(out, constraintsTogether())
 			}
-			return
+			return out
 		}
 	}
-	diag.Findings = append(diag.Findings, d.conflict(all, candidates))
+	return []Finding{d.conflict(all, candidates)}
 }
 
 func constraintsTogether() Finding {

@@ -227,9 +227,23 @@ func (d *diagnoser) obstacles(j *judged) []Finding {
 	if j.alt.Wanted < 0 {
 		wanted = fmt.Sprintf("all %d matching", j.alt.Counts[best])
 	}
-	var count [numObstacles]int
-	var holders, taints, counters, capacity []string
-	taintedDevices := map[string][]string{}
+	t := d.tally(j, on)
+	bestLine := fmt.Sprintf("best node %s has %d available, %s wanted", d.s.NodeName(best), j.available(best), wanted)
+	return d.obstacleFindings(j, t, where, bestLine, j.available(best))
+}
+
+// tally is what keeps the matching devices of some nodes from a request: how many devices each
+// obstacle keeps, and the holders, taints, counter sets and capacities behind them.
+type tally struct {
+	count                               [numObstacles]int
+	holders, taints, counters, capacity []string
+	// taintedDevices are the devices of each taint.
+	taintedDevices map[string][]string
+}
+
+// tally counts the obstacles of the request's matching devices on the nodes on.
+func (d *diagnoser) tally(j *judged, on map[int]bool) *tally {
+	t := &tally{taintedDevices: map[string][]string{}}
 	seen := map[string]bool{}
 	add := func(list *[]string, s string) {
 		if !seen[s] && len(*list) < maxListed {
@@ -241,59 +255,64 @@ func (d *diagnoser) obstacles(j *judged) []Finding {
 		if o == obstacleNone || !slices.ContainsFunc(d.s.NodesOf(di), func(n int) bool { return on[n] }) {
 			continue
 		}
-		count[o]++
+		t.count[o]++
 		dev := d.devices[di]
 		switch o {
 		case obstacleAllocated:
 			for _, a := range dev.Holders() {
-				add(&holders, a.Holder())
+				add(&t.holders, a.Holder())
 			}
 		case obstacleTainted:
-			for _, t := range untolerated(dev, j.Request) {
-				s := t.String()
-				if t.Rule != "" {
-					s += " (DeviceTaintRule " + t.Rule + ")"
+			for _, taint := range untolerated(dev, j.Request) {
+				s := taint.String()
+				if taint.Rule != "" {
+					s += " (DeviceTaintRule " + taint.Rule + ")"
 				}
-				if _, ok := taintedDevices[s]; !ok {
-					taints = append(taints, s)
+				if _, ok := t.taintedDevices[s]; !ok {
+					t.taints = append(t.taints, s)
 				}
-				taintedDevices[s] = append(taintedDevices[s], deviceName(dev))
+				t.taintedDevices[s] = append(t.taintedDevices[s], deviceName(dev))
 			}
 		case obstacleCounters:
 			for _, name := range dev.CountersShort {
-				add(&counters, d.counterSet(dev, name))
+				add(&t.counters, d.counterSet(dev, name))
 			}
 		case obstacleCapacity:
-			add(&capacity, d.capacityShort(dev, j.Request))
+			add(&t.capacity, d.capacityShort(dev, j.Request))
 		}
 	}
-	bestLine := fmt.Sprintf("best node %s has %d available, %s wanted", d.s.NodeName(best), j.available(best), wanted)
+	return t
+}
+
+// obstacleFindings are the findings of a tally, one per obstacle found, each with its fix;
+// available is what the best node has available.
+func (d *diagnoser) obstacleFindings(j *judged, t *tally, where, bestLine string, available int) []Finding {
 	var out []Finding
-	if n := count[obstacleAllocated]; n > 0 {
+	if n := t.count[obstacleAllocated]; n > 0 {
 		f := Finding{Cause: CauseAllocated, Message: fmt.Sprintf("%s %s %s allocated to other claims; %s", plural(n, "matching device"), where, verb(n, "is", "are"), bestLine),
-			Details: []string{"held by " + listMax(holders, maxListed)},
+			Details: []string{"held by " + listMax(t.holders, maxListed)},
 			Fix:     "wait for the pods holding them to finish, or delete those pods or claims"}
-		if avail := j.available(best); avail > 0 && j.alt.Wanted > 0 {
-			f.Fix += fmt.Sprintf("; or request at most %d", avail)
+		if available > 0 && j.alt.Wanted > 0 {
+			f.Fix += fmt.Sprintf("; or request at most %d", available)
 		}
 		out = append(out, f)
 	}
-	if n := count[obstacleTainted]; n > 0 {
-		details := make([]string, 0, len(taints))
-		for _, t := range taints {
-			devs := taintedDevices[t]
-			details = append(details, fmt.Sprintf("%s on %s: %s", t, plural(len(devs), "device"), listMax(devs, maxListed)))
+	if n := t.count[obstacleTainted]; n > 0 {
+		details := make([]string, 0, len(t.taints))
+		for _, taint := range t.taints {
+			devs := t.taintedDevices[taint]
+			details = append(details, fmt.Sprintf("%s on %s: %s", taint, plural(len(devs), "device"), listMax(devs, maxListed)))
 		}
 		out = append(out, Finding{Cause: CauseTainted, Message: fmt.Sprintf("%s %s %s taints the request does not tolerate; %s", plural(n, "matching device"), where, verb(n, "has", "have"), bestLine),
 			Details: details, Fix: tolerationFix(d, j)})
 	}
-	if n := count[obstacleCounters]; n > 0 {
+	if n := t.count[obstacleCounters]; n > 0 {
 		out = append(out, Finding{Cause: CauseCounters, Message: fmt.Sprintf("%s %s %s of GPUs whose counters allocated partitions use up; %s", plural(n, "matching device"), where, verb(n, "is a partition", "are partitions"), bestLine),
-			Details: counters, Fix: "wait for the claims holding the other partitions, or request a smaller partition"})
+			Details: t.counters, Fix: "wait for the claims holding the other partitions, or request a smaller partition"})
 	}
-	if n := count[obstacleCapacity]; n > 0 {
+	if n := t.count[obstacleCapacity]; n > 0 {
 		out = append(out, Finding{Cause: CauseCapacity, Message: fmt.Sprintf("%s %s %s too little capacity left; %s", plural(n, "matching shared device"), where, verb(n, "has", "have"), bestLine),
-			Details: capacity, Fix: "request less capacity, or wait for other shares to end"})
+			Details: t.capacity, Fix: "request less capacity, or wait for other shares to end"})
 	}
 	return out
 }

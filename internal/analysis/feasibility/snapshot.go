@@ -128,6 +128,15 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 	for _, c := range classes {
 		s.classes[c.Name] = c
 	}
+	s.indexNodes(nodes)
+	s.indexDevices()
+	entry := 8*len(s.nodes) + len(s.devices) + 64
+	s.matchResults = lru.New(min(matchResultsSize, max(16, matchResultsBytes/entry)))
+	return s, nil
+}
+
+// indexNodes numbers the nodes, by name: those listed and those the slices name.
+func (s *Snapshot) indexNodes(nodes []*inventory.Node) {
 	addNode := func(n *inventory.Node) {
 		if _, ok := s.nodeIndex[n.Name]; !ok {
 			s.nodeIndex[n.Name] = -1
@@ -138,7 +147,7 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 		addNode(n)
 	}
 	// A slice may name a node the cache has not seen (offline inventories list no nodes).
-	for _, sl := range slices {
+	for _, sl := range s.slices {
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
 			addNode(&inventory.Node{ObjectMeta: metav1.ObjectMeta{Name: *sl.Spec.NodeName}})
 		}
@@ -147,66 +156,29 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 	for i, n := range s.nodes {
 		s.nodeIndex[n.Name] = i
 	}
+}
+
+// indexDevices numbers the devices of the slices and records which nodes reach each slice, and
+// what makes devices of equal attributes not interchangeable (partitions, incomplete pools).
+func (s *Snapshot) indexDevices() {
 	s.nodeSlices = make([][]*inventory.Slice, len(s.nodes))
-	s.sliceNodes = make([][]int, len(slices))
+	s.sliceNodes = make([][]int, len(s.slices))
 	s.taints = []string{""}
 	taintIndex := map[string]int32{"": 0}
 	s.nodeDevices = make([][]int, len(s.nodes))
-
 	var fullNodes []*v1.Node
 	poolSlices := map[string]int{}
 	poolWant := map[string]int64{}
-	for si, sl := range slices {
+	for si, sl := range s.slices {
 		pool := sl.Spec.Driver + "/" + sl.Spec.Pool.Name
 		poolSlices[pool]++
 		poolWant[pool] = sl.Spec.Pool.ResourceSliceCount
-		counters := len(sl.Spec.SharedCounters) > 0
-		var users []int
-		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
-			users = []int{s.nodeIndex[*sl.Spec.NodeName]}
-		} else {
-			if fullNodes == nil {
-				// As the allocator reads them, for this build only: kept, they would be the
-				// kilobyte a node that inventory.Node saves.
-				fullNodes = make([]*v1.Node, len(s.nodes))
-				for i, n := range s.nodes {
-					fullNodes[i] = n.Full()
-				}
-			}
-			for i, n := range fullNodes {
-				ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
-				if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
-					users = append(users, i)
-				}
-			}
-			if sl.Spec.PerDeviceNodeSelection != nil {
-				s.exact = true
-			}
-		}
+		users := s.sliceUsers(sl, &fullNodes)
 		s.sliceNodes[si] = users
 		for _, u := range users {
 			s.nodeSlices[u] = append(s.nodeSlices[u], sl)
 		}
-		for i := range sl.Spec.Devices {
-			d := &sl.Spec.Devices[i]
-			counters = counters || len(d.ConsumesCounters) > 0
-			if ptrTrue(d.AllowMultipleAllocations) {
-				s.anyShared = true
-				s.sharedDrivers[sl.Spec.Driver] = true
-			}
-			idx := len(s.devices)
-			taint, ok := taintIndex[taintKey(d.Taints)]
-			if !ok {
-				taint = int32(len(s.taints))
-				taintIndex[taintKey(d.Taints)] = taint
-				s.taints = append(s.taints, taintKey(d.Taints))
-			}
-			s.devices = append(s.devices, device{index: int32(i), in: int32(si), taint: taint})
-			for _, u := range users {
-				s.nodeDevices[u] = append(s.nodeDevices[u], idx)
-			}
-		}
-		if counters {
+		if s.addDevices(si, sl, users, taintIndex) {
 			s.exact, s.anyCounters = true, true
 			if s.counterSample == nil {
 				s.counterSample = []*resourceapi.ResourceSlice{sl.Full()}
@@ -218,9 +190,59 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 			s.exact = true
 		}
 	}
-	entry := 8*len(s.nodes) + len(s.devices) + 64
-	s.matchResults = lru.New(min(matchResultsSize, max(16, matchResultsBytes/entry)))
-	return s, nil
+}
+
+// sliceUsers are the nodes that can use the devices of sl. fullNodes are the nodes as the
+// allocator reads them, made at the first slice that needs them.
+func (s *Snapshot) sliceUsers(sl *inventory.Slice, fullNodes *[]*v1.Node) []int {
+	if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
+		return []int{s.nodeIndex[*sl.Spec.NodeName]}
+	}
+	if *fullNodes == nil {
+		// As the allocator reads them, for this build only: kept, they would be the kilobyte a
+		// node that inventory.Node saves.
+		*fullNodes = make([]*v1.Node, len(s.nodes))
+		for i, n := range s.nodes {
+			(*fullNodes)[i] = n.Full()
+		}
+	}
+	var users []int
+	for i, n := range *fullNodes {
+		ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
+		if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
+			users = append(users, i)
+		}
+	}
+	if sl.Spec.PerDeviceNodeSelection != nil {
+		s.exact = true
+	}
+	return users
+}
+
+// addDevices numbers the devices of slice si for the nodes users; counters reports whether the
+// slice has counter sets or a device consuming them.
+func (s *Snapshot) addDevices(si int, sl *inventory.Slice, users []int, taintIndex map[string]int32) (counters bool) {
+	counters = len(sl.Spec.SharedCounters) > 0
+	for i := range sl.Spec.Devices {
+		d := &sl.Spec.Devices[i]
+		counters = counters || len(d.ConsumesCounters) > 0
+		if ptrTrue(d.AllowMultipleAllocations) {
+			s.anyShared = true
+			s.sharedDrivers[sl.Spec.Driver] = true
+		}
+		idx := len(s.devices)
+		taint, ok := taintIndex[taintKey(d.Taints)]
+		if !ok {
+			taint = int32(len(s.taints))
+			taintIndex[taintKey(d.Taints)] = taint
+			s.taints = append(s.taints, taintKey(d.Taints))
+		}
+		s.devices = append(s.devices, device{index: int32(i), in: int32(si), taint: taint})
+		for _, u := range users {
+			s.nodeDevices[u] = append(s.nodeDevices[u], idx)
+		}
+	}
+	return counters
 }
 
 // taintOf is device d's taintKey.
