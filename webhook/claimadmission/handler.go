@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/webhook/denial"
 )
 
 // Handler serves a claimvalidation.Validator as a controller-runtime admission handler for ResourceClaims and
@@ -50,12 +50,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		denied := res.ErrorMessages()
 		logger.V(2).Info("Denied", "reasons", denied)
 		verdicts.WithLabelValues("denied", gvk.Version).Inc()
-		name := req.Name
-		if name == "" {
-			// generateName objects have no name yet; claims made from templates are such.
-			name = obj.GenerateName() + "*"
-		}
-		return admission.Denied(fmt.Sprintf("%s %q is invalid: %s", gvk.Kind, name, strings.Join(denied, "; "))).WithWarnings(warnings...)
+		// generateName objects have no name yet; claims made from templates are such.
+		return denial.Invalid(gvk.Kind, denial.Name(req.Name, obj.GenerateName()), denied).WithWarnings(warnings...)
 	}
 	if len(warnings) > 0 {
 		logger.V(2).Info("Admitted with warnings", "warnings", warnings)

@@ -2,6 +2,7 @@ package claimadmission
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -264,5 +265,25 @@ func TestMalformedAndForeignRequests(t *testing.T) {
 				t.Fatalf("result %+v, want code %d", resp.Result, tc.code)
 			}
 		})
+	}
+}
+
+// TestDenialBounds: a claim with more findings than a denial names is refused in the shape and
+// within the bounds of every denial of the webhook: ten findings, then a count of the rest.
+func TestDenialBounds(t *testing.T) {
+	var requests []string
+	for i := range 12 {
+		requests = append(requests, fmt.Sprintf(`{"name": "r%d", "exactly": {"deviceClassName": "gpu.example.com", "selectors": [{"cel": {"expression": "device.attributes[\"gpu.example.com\"].modle == \"x\""}}]}}`, i))
+	}
+	raw := []byte(`{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"generateName": "many-", "namespace": "default"}, "spec": {"devices": {"requests": [` + strings.Join(requests, ",") + `]}}}`)
+	obj, _, err := unstructuredFor(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := review(t, &Handler{Validator: newValidator(t, loadInventory(t))}, obj, admissionv1.Create)
+	msg := resp.Result.Message
+	if resp.Allowed || !strings.HasPrefix(msg, `ResourceClaim "many-*" is invalid: spec.devices.requests[0].exactly.selectors[0].cel.expression: unknown attribute "modle"; `) ||
+		!strings.Contains(msg, "spec.devices.requests[9].") || strings.Contains(msg, "spec.devices.requests[10].") || !strings.HasSuffix(msg, "; and 2 more errors") {
+		t.Errorf("allowed=%t message %s", resp.Allowed, msg)
 	}
 }
