@@ -146,7 +146,7 @@ func (v *View) MatchRequest(ctx context.Context, s *Snapshot, r *Request) (*Alte
 	if class == nil {
 		return nil, false
 	}
-	dm, ok := v.Match(ctx, s, append(ClassExprs(class), SelectorExprs(r.Selectors)...))
+	dm, ok := v.Match(ctx, s, append(ClassExprs(class), selectorExprs(r.Selectors)...))
 	if !ok {
 		return nil, false
 	}

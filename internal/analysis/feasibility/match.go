@@ -10,11 +10,10 @@ import (
 
 // ClassExprs are the CEL expressions of a class's selectors.
 func ClassExprs(class *resourceapi.DeviceClass) []string {
-	return SelectorExprs(class.Spec.Selectors)
+	return selectorExprs(class.Spec.Selectors)
 }
 
-// SelectorExprs are the CEL expressions of selectors.
-func SelectorExprs(selectors []resourceapi.DeviceSelector) []string {
+func selectorExprs(selectors []resourceapi.DeviceSelector) []string {
 	var exprs []string
 	for _, sel := range selectors {
 		if sel.CEL != nil {
