@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/cmd/kubectl-dra/app"
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
-	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
@@ -99,23 +99,23 @@ func TestStatusAndWhy(t *testing.T) {
 		devices resourceapi.DeviceClaim
 		want    []string
 		// causes are the findings' causes in -o json, requests first, then the claim's.
-		causes []feasibility.Cause
+		causes []diagnosis.Cause
 	}{
 		{"nine", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: gpu(9)}}},
 			[]string{"TooFewDevices: 9 wanted, best node " + nodeName(t, c) + " has 8 matching", "fix: request at most 8"},
-			[]feasibility.Cause{feasibility.CauseTooFew}},
+			[]diagnosis.Cause{diagnosis.CauseTooFew}},
 		{"typo", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: gpu(1, `device.attributes["gpu.example.com"].model == "LATEST-GPU-MODLE"`)}}},
 			[]string{"NoMatchingDevice: selector 0 matches none of the 8 devices", `did you mean "LATEST-GPU-MODEL"?`},
-			[]feasibility.Cause{feasibility.CauseNoMatch}},
+			[]diagnosis.Cause{diagnosis.CauseNoMatch}},
 		{"pair", resourceapi.DeviceClaim{
 			Requests:    []resourceapi.DeviceRequest{{Name: "a", Exactly: gpu(1)}, {Name: "b", Exactly: gpu(1)}},
 			Constraints: []resourceapi.DeviceConstraint{{MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(driver + "/uuid"))}}},
 			// Behind the held GPUs: said for what it is, a constraint that could not hold anyway.
 			[]string{"ConstraintUnsatisfiable: even with every device free, constraint matchAttribute gpu.example.com/uuid over requests a, b cannot hold"},
-			[]feasibility.Cause{feasibility.CauseAllocated, feasibility.CauseAllocated, feasibility.CauseConstraint}},
+			[]diagnosis.Cause{diagnosis.CauseAllocated, diagnosis.CauseAllocated, diagnosis.CauseConstraint}},
 		{"blocked", resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: gpu(1)}}},
 			[]string{"DevicesAllocated: 8 matching devices on node " + nodeName(t, c) + " are allocated to other claims", "held by " + ns + "/hog (pod " + ns + "/hog)"},
-			[]feasibility.Cause{feasibility.CauseAllocated}},
+			[]diagnosis.Cause{diagnosis.CauseAllocated}},
 	}
 	for _, tc := range cases {
 		create(t, tc.pod, tc.devices)
@@ -143,14 +143,14 @@ func TestStatusAndWhy(t *testing.T) {
 			}
 			var rep struct {
 				Claims []struct {
-					Diagnosis *feasibility.Diagnosis `json:"diagnosis"`
+					Diagnosis *diagnosis.Diagnosis `json:"diagnosis"`
 				} `json:"claims"`
 			}
 			j := kubectlDra(t, c, "why", "pod/"+tc.pod, "-n", ns, "-o", "json")
 			if err := json.Unmarshal([]byte(j), &rep); err != nil {
 				t.Fatalf("why -o json: %v\n%s", err, j)
 			}
-			var causes []feasibility.Cause
+			var causes []diagnosis.Cause
 			for _, cl := range rep.Claims {
 				if cl.Diagnosis == nil {
 					continue

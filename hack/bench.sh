@@ -7,7 +7,7 @@ out=_output/bench.txt
 mkdir -p _output
 : > "$out"
 run() { go test -run '^$' -count "$count" "$@" | tee -a "$out" | grep -E '^Benchmark' || true; }
-run -bench 'BenchmarkValidate' -benchtime 3000x ./internal/analysis/claimvalidation
+run -bench 'BenchmarkValidate' -benchtime 3000x ./webhook/claimadmission
 # The chart runs the webhook with GOGC=400 (values: webhook.gogc); so do its benchmarks.
 GOGC=400 run -bench 'BenchmarkMutatePodLoopbackTLS' -benchtime 3000x ./webhook/podinject
 GOGC=400 run -bench 'BenchmarkMutatePodLoadTool' -benchtime 3000x ./webhook/podinject

@@ -289,7 +289,7 @@ func (h *Handler) handleExtended(ctx context.Context, namespace string, dryRun *
 	}
 	uses, errs := h.opts.extendedUses(pod, translate)
 	if len(errs) > 0 {
-		return denied(errs).WithWarnings(warnings...)
+		return denied(pod, errs).WithWarnings(warnings...)
 	}
 	if len(uses) == 0 {
 		return admission.Allowed("the cluster serves these extended resources itself").WithWarnings(warnings...)
@@ -297,11 +297,11 @@ func (h *Handler) handleExtended(ctx context.Context, namespace string, dryRun *
 	// Long-lived containers hold their GPUs together: more than a node has is refused before
 	// planning, whose work grows with the containers a forged pod may list by the thousand.
 	if errs := h.opts.checkTotal(longLivedTotal(uses)); len(errs) > 0 {
-		return denied(errs).WithWarnings(warnings...)
+		return denied(pod, errs).WithWarnings(warnings...)
 	}
 	p := planExtended(uses)
 	if errs := h.opts.checkExtendedPlan(pod, p); len(errs) > 0 {
-		return denied(errs).WithWarnings(warnings...)
+		return denied(pod, errs).WithWarnings(warnings...)
 	}
 	template, err := h.opts.managedTemplate(namespace, int(p.total()), p.requests)
 	if err != nil {

@@ -12,18 +12,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sync/singleflight"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gpu-dra/gpu-dra/webhook/denial"
 )
 
 // Handler is the admission.Handler for pod CREATE; register it at /mutate-pod.
@@ -129,12 +129,12 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	errs = append(errs, h.opts.extendedWithAnnotation(pod)...)
 	if len(errs) > 0 {
-		return denied(errs)
+		return denied(pod, errs)
 	}
-	if resp, served := h.prioritizedListServed(ctx, want); !served {
+	if resp, served := h.prioritizedListServed(ctx, pod, want); !served {
 		return resp
 	}
-	if resp, ok := h.memoryShare(ctx, &want); !ok {
+	if resp, ok := h.memoryShare(ctx, pod, &want); !ok {
 		return resp
 	}
 	template, err := h.template(namespace, want)
@@ -143,7 +143,7 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	p, errs := planInjection(pod, template.Name, containers)
 	if len(errs) > 0 {
-		return denied(errs)
+		return denied(pod, errs)
 	}
 
 	warnings := h.opts.unknownAnnotations(annotations)
@@ -316,26 +316,7 @@ func (h *Handler) shared(ctx context.Context, key string, fn func(context.Contex
 	}
 }
 
-// Bounds of a denial's message: a forged review can carry thousands of bad fields, each quoting a
-// value of any length, and a message is for a person to read.
-const (
-	maxErrors       = 10
-	maxMessageBytes = 4 << 10
-)
-
-func denied(errs field.ErrorList) admission.Response {
-	// Formatting an error costs as much as its value is long: count the rest, do not format it.
-	agg := errs[:min(len(errs), maxErrors)].ToAggregate()
-	if len(errs) > maxErrors {
-		agg = utilerrors.NewAggregate(append(agg.Errors(), fmt.Errorf("and %d more errors", len(errs)-maxErrors)))
-	}
-	msg := agg.Error()
-	if len(msg) > maxMessageBytes {
-		cut := maxMessageBytes
-		for cut > 0 && !utf8.RuneStart(msg[cut]) {
-			cut--
-		}
-		msg = fmt.Sprintf("%s... (%d bytes more)", msg[:cut], len(msg)-cut)
-	}
-	return admission.Denied(msg)
+// denied refuses pod for errs, in the shape and within the bounds of every denial of the webhook.
+func denied(pod *podView, errs field.ErrorList) admission.Response {
+	return denial.Fields("Pod", denial.Name(pod.Metadata.Name, pod.Metadata.GenerateName), errs)
 }

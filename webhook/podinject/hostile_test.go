@@ -183,25 +183,27 @@ func postRequest(t testing.TB, serve http.Handler, r *http.Request) admissionv1.
 }
 
 // TestDeniedBounds: however many errors a review has and however long their values, the denial
-// names ten, counts the rest and stays readable.
+// names ten, counts the rest and stays readable, in the shape of every denial of the webhook.
 func TestDeniedBounds(t *testing.T) {
+	pod := &podView{}
+	pod.Metadata.GenerateName = "web-"
 	path := field.NewPath("spec", "resourceClaims")
 	var many field.ErrorList
 	for i := range 25 {
 		many = append(many, field.Invalid(path.Index(i), "x", "reserved"))
 	}
-	msg := denied(many).Result.Message
-	if !strings.HasSuffix(msg, `spec.resourceClaims[9]: Invalid value: "x": reserved, and 15 more errors]`) || strings.Contains(msg, "[10]") {
+	msg := denied(pod, many).Result.Message
+	if !strings.HasPrefix(msg, `Pod "web-*" is invalid: `) || !strings.HasSuffix(msg, `; spec.resourceClaims[9]: Invalid value: "x": reserved; and 15 more errors`) || strings.Contains(msg, "[10]") {
 		t.Errorf("25 errors: %s", msg)
 	}
 	long := field.ErrorList{field.Invalid(path.Index(0), strings.Repeat("é", 1<<20), "reserved")}
-	msg = denied(long).Result.Message
+	msg = denied(pod, long).Result.Message
 	if len(msg) > maxHostileMessage+64 || !strings.HasSuffix(msg, " bytes more)") || !utf8.ValidString(msg) {
 		t.Errorf("a 2 MB value: %d bytes, ending %q", len(msg), msg[max(0, len(msg)-40):])
 	}
 	one := field.ErrorList{field.Invalid(path.Index(0), "x", "reserved")}
-	if msg := denied(one).Result.Message; msg != one.ToAggregate().Error() {
-		t.Errorf("one error: %q, want it as before", msg)
+	if msg := denied(pod, one).Result.Message; msg != `Pod "web-*" is invalid: `+one.ToAggregate().Error() {
+		t.Errorf("one error: %q, want it after the pod's name", msg)
 	}
 }
 

@@ -366,7 +366,7 @@ func (e *env) testDenied(t *testing.T) {
 		{map[string]string{"gpu.example.com/count": "1", "gpu.example.com/containers": "trainer"}, `metadata.annotations[gpu.example.com/containers]: Invalid value: "trainer": no container "trainer" in this pod; its containers are: app`},
 	} {
 		_, err := e.cs.CoreV1().Pods(ns).Create(context.Background(), gpuPod("bad", tc.annotations, "app"), metav1.CreateOptions{})
-		want := `admission webhook "pods.gpu.example.com" denied the request: ` + tc.want
+		want := `admission webhook "pods.gpu.example.com" denied the request: Pod "bad" is invalid: ` + tc.want
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("annotations %v: error %v, want it to contain %q", tc.annotations, err, want)
 		}

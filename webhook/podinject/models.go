@@ -54,7 +54,7 @@ func parseModels(key, value string) ([]string, field.ErrorList) {
 // prioritizedListServed answers a pod whose model annotation lists several models on a cluster
 // that drops firstAvailable (before 1.34 by default): the claim would have no request at all.
 // served is true when the request can go on.
-func (h *Handler) prioritizedListServed(ctx context.Context, want Request) (resp admission.Response, served bool) {
+func (h *Handler) prioritizedListServed(ctx context.Context, pod *podView, want Request) (resp admission.Response, served bool) {
 	if len(want.Models) == 0 {
 		return admission.Response{}, true
 	}
@@ -69,7 +69,7 @@ func (h *Handler) prioritizedListServed(ctx context.Context, want Request) (resp
 		}
 	}
 	key := h.opts.annotation(annModel)
-	return denied(field.ErrorList{invalid(key, strings.Join(want.Models, ","), fmt.Sprintf(
+	return denied(pod, field.ErrorList{invalid(key, strings.Join(want.Models, ","), fmt.Sprintf(
 		"this cluster does not serve firstAvailable (feature gate DRAPrioritizedList, on by default from Kubernetes 1.34), so a pod cannot try models in turn; name one model, e.g. %q", want.Models[0]))}), false
 }
 
@@ -78,7 +78,7 @@ func (h *Handler) prioritizedListServed(ctx context.Context, want Request) (resp
 // GPUs. Elsewhere, and when the cluster cannot be asked, it stays the least-memory selector it
 // has always been. ok is false with the denial of a list of models too long to try each as a
 // share and whole.
-func (h *Handler) memoryShare(ctx context.Context, want *Request) (resp admission.Response, ok bool) {
+func (h *Handler) memoryShare(ctx context.Context, pod *podView, want *Request) (resp admission.Response, ok bool) {
 	if want.Memory == nil || h.opts.cluster == nil {
 		return admission.Response{}, true
 	}
@@ -95,7 +95,7 @@ func (h *Handler) memoryShare(ctx context.Context, want *Request) (resp admissio
 	}
 	if max := resourceapi.FirstAvailableDeviceRequestMaxSize / 2; len(want.Models) > max {
 		key := h.opts.annotation(annModel)
-		return denied(field.ErrorList{invalid(key, strings.Join(want.Models, ","), fmt.Sprintf(
+		return denied(pod, field.ErrorList{invalid(key, strings.Join(want.Models, ","), fmt.Sprintf(
 			"with %s on a cluster of shared-memory GPUs each model is tried as a share and whole, and a request tries at most %d alternatives; list at most %d models",
 			h.opts.annotation(annMemory), resourceapi.FirstAvailableDeviceRequestMaxSize, max))}), false
 	}

@@ -10,9 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
+	"github.com/gpu-dra/gpu-dra/webhook/claimadmission"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -32,9 +32,9 @@ type sharedDevices interface {
 }
 
 var (
-	_ podinject.Cluster                  = &cluster{}
-	_ claimvalidation.AdminAccessSupport = &cluster{}
-	_ claimvalidation.NamespaceLabels    = &cluster{}
+	_ podinject.Cluster                 = &cluster{}
+	_ claimadmission.AdminAccessSupport = &cluster{}
+	_ claimadmission.NamespaceLabels    = &cluster{}
 )
 
 // ServesExtendedResource: the API server keeps DeviceClass extendedResourceName (read back from

@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
+	"github.com/gpu-dra/gpu-dra/webhook/claimadmission"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -44,7 +44,7 @@ func mutatingConfig() *admissionregistrationv1.MutatingWebhookConfiguration {
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-mutate"},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{
 			entry("pods.gpu.example.com", podinject.Path, admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}),
-			entry("admin-access.resourceclaims.gpu.example.com", claimvalidation.AdminAccessPath, admissionregistrationv1.Rule{
+			entry("admin-access.resourceclaims.gpu.example.com", claimadmission.AdminAccessPath, admissionregistrationv1.Rule{
 				APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1", "v1beta2", "v1beta1"}, Resources: []string{"resourceclaims", "resourceclaimtemplates"},
 			}),
 		},

@@ -22,10 +22,10 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
-	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
+	"github.com/gpu-dra/gpu-dra/webhook/claimadmission"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -104,8 +104,8 @@ func Setup(mgr manager.Manager, o *Options) error {
 	}
 	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
-	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: a.validator}})
-	srv.Register(claimvalidation.AdminAccessPath, &admission.Webhook{Handler: &claimvalidation.AdminAccessHandler{Support: c, Namespaces: c}})
+	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimadmission.Handler{Validator: a.validator}})
+	srv.Register(claimadmission.AdminAccessPath, &admission.Webhook{Handler: &claimadmission.AdminAccessHandler{Support: c, Namespaces: c}})
 	srv.Register(podinject.Path, injector)
 	return addChecks(mgr, srv.StartedChecker(), a, templates)
 }
@@ -150,7 +150,7 @@ func newAnalysis(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 			servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
 			servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters")),
 	}
-	a.validator = claimvalidation.New(o.DriverName, groups, o.Deny, a.informers, feasibility.WithServed(a.features), feasibility.WithClaims(a.claims))
+	a.validator = claimvalidation.New(o.DriverName, groups, o.Deny, a.informers, claimvalidation.WithServed(a.features), claimvalidation.WithClaims(a.claims))
 	validator.Store(a.validator)
 	return a
 }

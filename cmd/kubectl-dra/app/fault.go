@@ -46,7 +46,7 @@ func newFaultCommand(streams genericiooptions.IOStreams, flags *genericclioption
 	cmd := &cobra.Command{
 		Use:   "fault set|clear NODE/DEVICE",
 		Short: "Inject or clear a simulated GPU fault",
-		Long: `Writes a simulated fault of one GPU into the chart's faults ConfigMap (faults.simulatedFaults),
+		Long: `Writes a simulated fault of one GPU into the chart's faults ConfigMap (health.simulatedFaults),
 with your credentials. The node's kubelet plugin then, within seconds: taints the device in its
 ResourceSlice (<driver>/unhealthy=<kind>, NoSchedule, or NoExecute for the chart's
 faults.noExecuteKinds) where the API server keeps device taints, reports it Unhealthy to the
@@ -126,7 +126,7 @@ func (o *faultOptions) run(ctx context.Context, ref string, set bool) error {
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := cs.CoreV1().ConfigMaps(o.namespace).Get(ctx, o.configMap, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("ConfigMap %s/%s not found: install the chart with faults.simulatedFaults=true (the default), or name the release's with -n and --configmap", o.namespace, o.configMap)
+			return fmt.Errorf("ConfigMap %s/%s not found: install the chart with health.simulatedFaults=true (the default), or name the release's with -n and --configmap", o.namespace, o.configMap)
 		}
 		if err != nil {
 			return fmt.Errorf("read ConfigMap %s/%s: %w", o.namespace, o.configMap, err)

@@ -20,7 +20,6 @@ const maxNamesInLine = 5
 // printStatus writes the report as tables: one row per device and claim holding it (a free device
 // has one row), so that grep for a node, device, claim or pod finds every line about it.
 func printStatus(out io.Writer, rep *deviceusage.Report, wide bool) error {
-	w := printers.GetNewTabWriter(out)
 	// Sections are separated by a blank line.
 	printed := false
 	section := func() {
@@ -31,37 +30,12 @@ func printStatus(out io.Writer, rep *deviceusage.Report, wide bool) error {
 	}
 	if len(rep.Nodes) > 0 {
 		section()
-		if wide {
-			fmt.Fprintln(w, "NODE\tDRIVER\tPOOL\tDEVICE\tMODEL\tMEMORY\tHEALTH\tSTATE\tREQUEST\tSHARE\tCONSUMED\tCLAIM\tPODS")
-		} else {
-			fmt.Fprintln(w, "NODE\tDEVICE\tMODEL\tMEMORY\tHEALTH\tSTATE\tCLAIM\tPODS")
-		}
-		for _, n := range rep.Nodes {
-			for _, d := range n.Devices {
-				allocs := d.Allocations
-				if len(allocs) == 0 {
-					allocs = []deviceusage.Allocation{{}}
-				}
-				for _, a := range allocs {
-					claim, pods := dash(a.Claim), dash(strings.Join(append(slices.Clone(a.Pods), a.Consumers...), ","))
-					if a.AdminAccess {
-						claim += " (admin access)"
-					}
-					if wide {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, d.Driver, d.Pool, d.Name, dash(d.Model), memory(d),
-							health(d, true), d.State, dash(a.Request), dash(a.ShareID), dash(capacities(a.ConsumedCapacity)), claim, pods)
-					} else {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, d.Name, dash(d.Model), memory(d), health(d, false), d.State, claim, pods)
-					}
-				}
-			}
-		}
-		if err := w.Flush(); err != nil {
+		if err := printDevices(out, rep.Nodes, wide); err != nil {
 			return err
 		}
 		section()
 		// kubectl's tabwriter remembers column widths across flushes: each table gets its own.
-		w = printers.GetNewTabWriter(out)
+		w := printers.GetNewTabWriter(out)
 		printTotals(w, rep.Totals, wide)
 		if err := w.Flush(); err != nil {
 			return err
@@ -69,22 +43,9 @@ func printStatus(out io.Writer, rep *deviceusage.Report, wide bool) error {
 	}
 	if len(rep.CounterSets) > 0 {
 		section()
-		w = printers.GetNewTabWriter(out)
-		fmt.Fprintln(w, "COUNTER SET\tDRIVER\tPOOL\tCOUNTER\tUSED\tOF")
-		for _, cs := range rep.CounterSets {
-			names := make([]string, 0, len(cs.Counters))
-			for n := range cs.Counters {
-				names = append(names, n)
-			}
-			slices.Sort(names)
-			for _, n := range names {
-				c := cs.Counters[n]
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cs.Name, cs.Driver, cs.Pool, n, c.Used.String(), c.Value.String())
-			}
+		if err := printCounterSets(out, rep.CounterSets); err != nil {
+			return err
 		}
-	}
-	if err := w.Flush(); err != nil {
-		return err
 	}
 	if len(rep.Unpublished) > 0 {
 		section()
@@ -103,6 +64,55 @@ func printStatus(out io.Writer, rep *deviceusage.Report, wide bool) error {
 			len(rep.Pending), what, joinMax(rep.Pending, maxNamesInLine))
 	}
 	return nil
+}
+
+// printDevices is the device table: one row per device and claim holding it.
+func printDevices(out io.Writer, nodes []deviceusage.NodeReport, wide bool) error {
+	w := printers.GetNewTabWriter(out)
+	if wide {
+		fmt.Fprintln(w, "NODE\tDRIVER\tPOOL\tDEVICE\tMODEL\tMEMORY\tHEALTH\tSTATE\tREQUEST\tSHARE\tCONSUMED\tCLAIM\tPODS")
+	} else {
+		fmt.Fprintln(w, "NODE\tDEVICE\tMODEL\tMEMORY\tHEALTH\tSTATE\tCLAIM\tPODS")
+	}
+	for _, n := range nodes {
+		for _, d := range n.Devices {
+			allocs := d.Allocations
+			if len(allocs) == 0 {
+				allocs = []deviceusage.Allocation{{}}
+			}
+			for _, a := range allocs {
+				claim, pods := dash(a.Claim), dash(strings.Join(append(slices.Clone(a.Pods), a.Consumers...), ","))
+				if a.AdminAccess {
+					claim += " (admin access)"
+				}
+				if wide {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, d.Driver, d.Pool, d.Name, dash(d.Model), memory(d),
+						health(d, true), d.State, dash(a.Request), dash(a.ShareID), dash(capacities(a.ConsumedCapacity)), claim, pods)
+				} else {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, d.Name, dash(d.Model), memory(d), health(d, false), d.State, claim, pods)
+				}
+			}
+		}
+	}
+	return w.Flush()
+}
+
+// printCounterSets is the table of the counter sets, one row per counter.
+func printCounterSets(out io.Writer, sets []*deviceusage.CounterSet) error {
+	w := printers.GetNewTabWriter(out)
+	fmt.Fprintln(w, "COUNTER SET\tDRIVER\tPOOL\tCOUNTER\tUSED\tOF")
+	for _, cs := range sets {
+		names := make([]string, 0, len(cs.Counters))
+		for n := range cs.Counters {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			c := cs.Counters[n]
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cs.Name, cs.Driver, cs.Pool, n, c.Used.String(), c.Value.String())
+		}
+	}
+	return w.Flush()
 }
 
 func printTotals(w io.Writer, totals []deviceusage.Total, wide bool) {

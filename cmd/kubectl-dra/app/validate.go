@@ -132,36 +132,51 @@ func (o *validateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	state, where, err := o.loadClusterState(ctx)
+	source, where, served, err := o.published(ctx, sources)
 	if err != nil {
 		return err
+	}
+	rep, failed := judgeSources(ctx, claimvalidation.New(o.driverName, groups, deny, source), sources, served)
+	rep.ClusterState = where
+	if err := o.print(rep); err != nil {
+		return err
+	}
+	return outcome(rep, failed)
+}
+
+// published is what the class and feasibility checks look at (nil for nothing), where it comes
+// from, and the resource.k8s.io versions the cluster serves (nil when not asking a cluster).
+func (o *validateOptions) published(ctx context.Context, sources []source) (feasibility.Lister, string, map[string]bool, error) {
+	state, where, err := o.loadClusterState(ctx)
+	if err != nil {
+		return nil, "", nil, err
 	}
 	var served map[string]bool
 	if where == "cluster" {
 		// `kubectl apply` of a version the cluster does not serve fails before admission (e.g. a
 		// 1.32 manifest on a default 1.34 cluster): report it with the way out.
 		if served, err = servedVersions(o.flags); err != nil {
-			return fmt.Errorf("discover the cluster's resource.k8s.io versions: %w", err)
+			return nil, "", nil, fmt.Errorf("discover the cluster's resource.k8s.io versions: %w", err)
 		}
 	}
-	if state != nil {
-		// Classes in the input exist by the time the claims are applied.
-		for _, s := range sources {
-			in, err := inventory.Read(manifest.Filter(s.Data, resourceversion.KindDeviceClass))
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.Path, err)
-			}
-			state.Classes = append(state.Classes, in.Classes...)
+	if state == nil {
+		return nil, where, served, nil // a nil *inventory.Objects would not be a nil Lister
+	}
+	// Classes in the input exist by the time the claims are applied.
+	for _, s := range sources {
+		in, err := inventory.Read(manifest.Filter(s.Data, resourceversion.KindDeviceClass))
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("%s: %w", s.Path, err)
 		}
+		state.Classes = append(state.Classes, in.Classes...)
 	}
+	return state, where, served, nil
+}
 
-	var source feasibility.Lister // a nil *inventory.Objects would not be a nil Lister
-	if state != nil {
-		source = state
-	}
-	validator := claimvalidation.New(o.driverName, groups, deny, source)
-
-	rep := report{ClusterState: where, Allowed: true, Objects: []verdict{}}
+// judgeSources judges every claim and template of sources; failed: some do not decode or are of
+// a version the cluster does not serve (served, when set).
+func judgeSources(ctx context.Context, validator *claimvalidation.Validator, sources []source, served map[string]bool) (report, bool) {
+	rep := report{Allowed: true, Objects: []verdict{}}
 	failed := false
 	for _, s := range sources {
 		for _, d := range manifest.Documents(s.Data) {
@@ -181,15 +196,21 @@ func (o *validateOptions) run(ctx context.Context) error {
 			rep.Objects = append(rep.Objects, v)
 		}
 	}
+	return rep, failed
+}
+
+func (o *validateOptions) print(rep report) error {
 	if o.output == "json" {
 		enc := json.NewEncoder(o.streams.Out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		printText(o.streams.Out, o.streams.ErrOut, rep)
+		return enc.Encode(rep)
 	}
+	printText(o.streams.Out, o.streams.ErrOut, rep)
+	return nil
+}
+
+// outcome is the exit: failed when some object does not decode, denied when some would be denied.
+func outcome(rep report, failed bool) error {
 	denied := 0
 	for _, v := range rep.Objects {
 		if len(v.Denied) > 0 {

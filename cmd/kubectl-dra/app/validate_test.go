@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
+	"github.com/gpu-dra/gpu-dra/webhook/claimadmission"
 )
 
 const clusterStateFile = "testdata/validate/cluster-state.yaml"
@@ -289,7 +290,7 @@ func TestValidateMatchesAdmission(t *testing.T) {
 				t.Fatal(err)
 			}
 			caseState.Classes = append(append([]*resourceapi.DeviceClass{}, state.Classes...), extra.Classes...)
-			h := &claimvalidation.Handler{Validator: claimvalidation.New("gpu.example.com", nil, deny, &caseState)}
+			h := &claimadmission.Handler{Validator: claimvalidation.New("gpu.example.com", nil, deny, &caseState)}
 			i := 0
 			for _, d := range manifest.Documents(data) {
 				if d.GVK.Group != resourceversion.Group || (d.GVK.Kind != resourceversion.KindClaim && d.GVK.Kind != resourceversion.KindTemplate) {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
@@ -73,10 +74,10 @@ ResourceClaims in all namespaces and, where served, DeviceTaintRules; or all of 
 }
 
 func causeNames() []string {
-	return []string{string(feasibility.CauseNoSuchClass), string(feasibility.CauseInvalidSelector), string(feasibility.CauseNoMatch),
-		string(feasibility.CauseTooFew), string(feasibility.CauseAllocated), string(feasibility.CauseTainted), string(feasibility.CauseCounters),
-		string(feasibility.CauseCapacity), string(feasibility.CauseConstraint), string(feasibility.CauseConflict),
-		string(feasibility.CauseAllocatable), string(feasibility.CauseUnknown)}
+	return []string{string(diagnosis.CauseNoSuchClass), string(diagnosis.CauseInvalidSelector), string(diagnosis.CauseNoMatch),
+		string(diagnosis.CauseTooFew), string(diagnosis.CauseAllocated), string(diagnosis.CauseTainted), string(diagnosis.CauseCounters),
+		string(diagnosis.CauseCapacity), string(diagnosis.CauseConstraint), string(diagnosis.CauseConflict),
+		string(diagnosis.CauseAllocatable), string(diagnosis.CauseUnknown)}
 }
 
 const (
@@ -131,11 +132,11 @@ type claimReport struct {
 	// Allocated claims say where and what; the others why not.
 	Allocated bool `json:"allocated"`
 	// Nodes are where the allocated devices are.
-	Nodes       []string               `json:"nodes,omitempty"`
-	Devices     []string               `json:"devices,omitempty"`
-	ReservedFor []string               `json:"reservedFor,omitempty"`
-	Note        string                 `json:"note,omitempty"`
-	Diagnosis   *feasibility.Diagnosis `json:"diagnosis,omitempty"`
+	Nodes       []string             `json:"nodes,omitempty"`
+	Devices     []string             `json:"devices,omitempty"`
+	ReservedFor []string             `json:"reservedFor,omitempty"`
+	Note        string               `json:"note,omitempty"`
+	Diagnosis   *diagnosis.Diagnosis `json:"diagnosis,omitempty"`
 }
 
 func (o *whyOptions) run(ctx context.Context, kind, name string) error {
@@ -223,7 +224,7 @@ func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *
 		cr.Note = "the claim is not created yet; judging the template's spec"
 		spec := t.Spec.Spec.DeepCopy()
 		resourceversion.Default(spec)
-		if cr.Diagnosis, err = view.Diagnose(ctx, pod.Namespace, spec, fl); err != nil {
+		if cr.Diagnosis, err = diagnosis.Diagnose(ctx, view, pod.Namespace, spec, fl); err != nil {
 			return claimReport{}, fmt.Errorf("ResourceClaimTemplate %s/%s: %w", pod.Namespace, cr.Template, err)
 		}
 		return cr, nil
@@ -270,7 +271,7 @@ func explainClaim(ctx context.Context, view *feasibility.View, fl *deviceusage.F
 	spec := c.Spec.DeepCopy()
 	resourceversion.Default(spec)
 	var err error
-	if cr.Diagnosis, err = view.Diagnose(ctx, c.Namespace, spec, fl); err != nil {
+	if cr.Diagnosis, err = diagnosis.Diagnose(ctx, view, c.Namespace, spec, fl); err != nil {
 		return claimReport{}, fmt.Errorf("ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return cr, nil

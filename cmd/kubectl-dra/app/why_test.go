@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 )
 
 // whyCases run `kubectl dra why` on hand-made cluster states. causes are the findings' causes in
@@ -15,33 +15,33 @@ var whyCases = []struct {
 	name        string
 	state       string
 	args        []string
-	causes      []feasibility.Cause
+	causes      []diagnosis.Cause
 	allocatable bool
 	json        bool
 	code        int
 }{
 	{name: "seed-running", state: whyCluster, args: []string{"pod/seed"}},
-	{name: "nine", state: whyCluster, args: []string{"pod/nine"}, causes: []feasibility.Cause{feasibility.CauseTooFew}, json: true},
-	{name: "typo-value", state: whyCluster, args: []string{"pod", "typo"}, causes: []feasibility.Cause{feasibility.CauseNoMatch}, json: true},
-	{name: "typo-attribute", state: whyCluster, args: []string{"resourceclaim/modle"}, causes: []feasibility.Cause{feasibility.CauseInvalidSelector}},
-	{name: "no-class", state: whyCluster, args: []string{"resourceclaims/noclass"}, causes: []feasibility.Cause{feasibility.CauseNoSuchClass}},
-	{name: "constraint", state: whyCluster, args: []string{"po/pair"}, causes: []feasibility.Cause{feasibility.CauseConstraint}, json: true},
-	{name: "conflict", state: whyCluster, args: []string{"resourceclaim/conflict"}, causes: []feasibility.Cause{feasibility.CauseConflict}},
-	{name: "apart", state: whyCluster, args: []string{"resourceclaim/apart"}, causes: []feasibility.Cause{feasibility.CauseConflict}},
-	{name: "fits", state: whyCluster, args: []string{"pod/fits"}, causes: []feasibility.Cause{feasibility.CauseAllocatable}, allocatable: true},
+	{name: "nine", state: whyCluster, args: []string{"pod/nine"}, causes: []diagnosis.Cause{diagnosis.CauseTooFew}, json: true},
+	{name: "typo-value", state: whyCluster, args: []string{"pod", "typo"}, causes: []diagnosis.Cause{diagnosis.CauseNoMatch}, json: true},
+	{name: "typo-attribute", state: whyCluster, args: []string{"resourceclaim/modle"}, causes: []diagnosis.Cause{diagnosis.CauseInvalidSelector}},
+	{name: "no-class", state: whyCluster, args: []string{"resourceclaims/noclass"}, causes: []diagnosis.Cause{diagnosis.CauseNoSuchClass}},
+	{name: "constraint", state: whyCluster, args: []string{"po/pair"}, causes: []diagnosis.Cause{diagnosis.CauseConstraint}, json: true},
+	{name: "conflict", state: whyCluster, args: []string{"resourceclaim/conflict"}, causes: []diagnosis.Cause{diagnosis.CauseConflict}},
+	{name: "apart", state: whyCluster, args: []string{"resourceclaim/apart"}, causes: []diagnosis.Cause{diagnosis.CauseConflict}},
+	{name: "fits", state: whyCluster, args: []string{"pod/fits"}, causes: []diagnosis.Cause{diagnosis.CauseAllocatable}, allocatable: true},
 	{name: "first-available", state: whyCluster, args: []string{"resourceclaim/fallback"},
-		causes: []feasibility.Cause{feasibility.CauseTooFew, feasibility.CauseAllocatable}, allocatable: true},
-	{name: "claim-not-created", state: whyCluster, args: []string{"pod/waiting"}, causes: []feasibility.Cause{feasibility.CauseAllocatable}, allocatable: true},
+		causes: []diagnosis.Cause{diagnosis.CauseTooFew, diagnosis.CauseAllocatable}, allocatable: true},
+	{name: "claim-not-created", state: whyCluster, args: []string{"pod/waiting"}, causes: []diagnosis.Cause{diagnosis.CauseAllocatable}, allocatable: true},
 	{name: "template-missing", state: whyCluster, args: []string{"pod/orphan"}},
-	{name: "held", state: whyBusy, args: []string{"pod/latest"}, causes: []feasibility.Cause{feasibility.CauseAllocated}, json: true},
-	{name: "tainted", state: whyBusy, args: []string{"pod/old"}, causes: []feasibility.Cause{feasibility.CauseTainted}, json: true},
+	{name: "held", state: whyBusy, args: []string{"pod/latest"}, causes: []diagnosis.Cause{diagnosis.CauseAllocated}, json: true},
+	{name: "tainted", state: whyBusy, args: []string{"pod/old"}, causes: []diagnosis.Cause{diagnosis.CauseTainted}, json: true},
 	{name: "held-and-constraint", state: whyBusy, args: []string{"resourceclaim/pair"},
-		causes: []feasibility.Cause{feasibility.CauseAllocated, feasibility.CauseAllocated, feasibility.CauseConstraint}},
-	{name: "tolerated", state: whyBusy, args: []string{"resourceclaim/old-tolerant"}, causes: []feasibility.Cause{feasibility.CauseAllocatable}, allocatable: true},
-	{name: "counters", state: statusShared, args: []string{"resourceclaim/whole", "-n", "team-b"}, causes: []feasibility.Cause{feasibility.CauseCounters}, json: true},
-	{name: "capacity", state: statusShared, args: []string{"resourceclaim/big-share", "-n", "team-b"}, causes: []feasibility.Cause{feasibility.CauseCapacity}},
+		causes: []diagnosis.Cause{diagnosis.CauseAllocated, diagnosis.CauseAllocated, diagnosis.CauseConstraint}},
+	{name: "tolerated", state: whyBusy, args: []string{"resourceclaim/old-tolerant"}, causes: []diagnosis.Cause{diagnosis.CauseAllocatable}, allocatable: true},
+	{name: "counters", state: statusShared, args: []string{"resourceclaim/whole", "-n", "team-b"}, causes: []diagnosis.Cause{diagnosis.CauseCounters}, json: true},
+	{name: "capacity", state: statusShared, args: []string{"resourceclaim/big-share", "-n", "team-b"}, causes: []diagnosis.Cause{diagnosis.CauseCapacity}},
 	{name: "share-fits", state: statusShared, args: []string{"resourceclaim/small-share", "-n", "team-b"},
-		causes: []feasibility.Cause{feasibility.CauseAllocatable}, allocatable: true},
+		causes: []diagnosis.Cause{diagnosis.CauseAllocatable}, allocatable: true},
 	{name: "no-such-pod", state: whyCluster, args: []string{"pod/nope"}, code: ExitFailed},
 	{name: "bad-target", state: whyCluster, args: []string{"node/las1"}, code: ExitFailed},
 	{name: "malformed", state: "testdata/why/malformed.yaml", args: []string{"resourceclaim/twice"}, code: ExitFailed},
@@ -68,7 +68,7 @@ func TestWhy(t *testing.T) {
 			if err := json.Unmarshal([]byte(j.stdout), &rep); err != nil {
 				t.Fatalf("-o json: %v\n%s", err, j.stdout)
 			}
-			var causes []feasibility.Cause
+			var causes []diagnosis.Cause
 			allocatable := false
 			for _, c := range rep.Claims {
 				if c.Diagnosis == nil {

@@ -7,7 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 )
 
 // maxGroupsShown bounds the node groups the text lists per request; -o json has all.
@@ -93,7 +93,7 @@ func printClaim(out io.Writer, c claimReport) {
 	}
 }
 
-func printFinding(out io.Writer, indent string, f feasibility.Finding) {
+func printFinding(out io.Writer, indent string, f diagnosis.Finding) {
 	fmt.Fprintf(out, "%s%s: %s\n", indent, f.Cause, f.Message)
 	for _, d := range f.Details {
 		fmt.Fprintf(out, "%s  %s\n", indent, d)
@@ -103,7 +103,7 @@ func printFinding(out io.Writer, indent string, f feasibility.Finding) {
 	}
 }
 
-func describeRequest(r feasibility.RequestDiagnosis) string {
+func describeRequest(r diagnosis.RequestDiagnosis) string {
 	if r.AllocationMode == resourceapi.DeviceAllocationModeAll {
 		return fmt.Sprintf("all matching devices of DeviceClass %s", r.DeviceClass)
 	}
@@ -114,7 +114,7 @@ func describeRequest(r feasibility.RequestDiagnosis) string {
 	return fmt.Sprintf("%d %s of DeviceClass %s", r.Count, unit, r.DeviceClass)
 }
 
-func describeGroup(g feasibility.NodeGroup) string {
+func describeGroup(g diagnosis.NodeGroup) string {
 	parts := []string{fmt.Sprintf("%d matching", g.Matching)}
 	for _, p := range []struct {
 		n    int

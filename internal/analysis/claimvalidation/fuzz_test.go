@@ -1,4 +1,4 @@
-package claimvalidation
+package claimvalidation_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation/claimvalidationtest"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
@@ -26,7 +27,7 @@ var fuzzKinds = []schema.GroupVersionKind{
 // feasibility check. An input that takes over 10s counts as a crash too. Seeds:
 // testdata/fuzz/FuzzDecodeValidate.
 func FuzzDecodeValidate(f *testing.F) {
-	v := newValidator(f, loadInventory(f))
+	v := claimvalidationtest.NewValidator(f, "testdata", claimvalidationtest.Inventory(f, "testdata"))
 	f.Fuzz(func(t *testing.T, raw []byte, kind uint8) {
 		gvk := fuzzKinds[int(kind)%len(fuzzKinds)]
 		obj, err := resourceversion.Decode(raw, gvk)

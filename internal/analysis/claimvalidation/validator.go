@@ -6,15 +6,14 @@ package claimvalidation
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/klog/v2"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/gpu-dra/gpu-dra/driver/api/v1alpha1"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -26,6 +25,7 @@ type Validator struct {
 	driver     string
 	checker    *celcheck.Checker
 	view       *feasibility.View
+	held       *diagnosis.Held
 	maxDevices int
 	deny       map[Rule]bool
 }
@@ -34,9 +34,9 @@ type Validator struct {
 // drift: selectors are judged against the device schema of driver, counts against the largest
 // node of groups (nil: the defaults), and the findings of the deny rules reject instead of warn.
 // With a published source the DeviceClass and feasibility checks run over what it lists (call
-// Invalidate when that changes); without one they are off. opts configure the feasibility view:
-// the features the cluster serves, and the claims whose allocations a claim is also judged against.
-func New(driver string, groups *nodegroups.Config, deny []Rule, published feasibility.Lister, opts ...feasibility.Option) *Validator {
+// Invalidate when that changes); without one they are off. opts tell the features the cluster
+// serves, and the claims whose allocations a claim is also judged against.
+func New(driver string, groups *nodegroups.Config, deny []Rule, published feasibility.Lister, opts ...Option) *Validator {
 	if groups == nil {
 		groups = &nodegroups.Config{}
 	}
@@ -50,10 +50,38 @@ func New(driver string, groups *nodegroups.Config, deny []Rule, published feasib
 	for _, r := range deny {
 		v.deny[r] = true
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if published != nil {
-		v.view = feasibility.New(published, v.checker, opts...)
+		v.view = feasibility.New(published, v.checker, o.view...)
+		if o.claims != nil {
+			v.held = diagnosis.NewHeld(v.view, o.claims)
+		}
 	}
 	return v
+}
+
+// Option configures a Validator.
+type Option func(*options)
+
+type options struct {
+	view   []feasibility.Option
+	claims diagnosis.ClaimLister
+}
+
+// WithServed makes the feasibility check run the allocator with the features served says the
+// cluster serves.
+func WithServed(served feasibility.Served) Option {
+	return func(o *options) { o.view = append(o.view, feasibility.WithServed(served)) }
+}
+
+// WithClaims judges a claim (not a template) also against what the current allocations of the
+// claims listed leave free: when every matching device is held, a warning names the holders. Call
+// InvalidateClaims when what claims lists changes.
+func WithClaims(claims diagnosis.ClaimLister) Option {
+	return func(o *options) { o.claims = claims }
 }
 
 // Invalidate says that what the published source lists has changed; the next check reads it again.
@@ -63,10 +91,10 @@ func (v *Validator) Invalidate() {
 	}
 }
 
-// InvalidateClaims says that what the claims of feasibility.WithClaims list has changed.
+// InvalidateClaims says that what the claims of WithClaims list has changed.
 func (v *Validator) InvalidateClaims() {
-	if v.view != nil {
-		v.view.InvalidateClaims()
+	if v.held != nil {
+		v.held.Invalidate()
 	}
 }
 
@@ -79,133 +107,36 @@ func (v *Validator) PublishesShared() (bool, error) {
 	return v.view.PublishesShared(v.driver)
 }
 
-// deviceRequest is an exact request or a firstAvailable subrequest, with where it sits.
-type deviceRequest struct {
-	name      string
-	class     string
-	selectors []resourceapi.DeviceSelector
-	mode      resourceapi.DeviceAllocationMode
-	count     int64
-	path      *field.Path
-}
-
-func requests(obj *resourceversion.Object) []deviceRequest {
-	spec := obj.Spec()
-	var out []deviceRequest
-	for i, r := range spec.Devices.Requests {
-		p := obj.SpecPath().Child("devices", "requests").Index(i)
-		if r.Exactly != nil {
-			ep := p.Child("exactly")
-			if obj.IsV1Beta1() {
-				// v1beta1 has no `exactly`: point at the fields where the user wrote them.
-				ep = p
-			}
-			e := r.Exactly
-			out = append(out, deviceRequest{name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count, path: ep})
-		}
-		for j, s := range r.FirstAvailable {
-			out = append(out, deviceRequest{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count, path: p.Child("firstAvailable").Index(j)})
-		}
+// requestPath is where r sits in obj, as the user wrote it.
+func requestPath(obj *resourceversion.Object, r *feasibility.Request) *field.Path {
+	p := obj.SpecPath().Child("devices", "requests").Index(r.Index)
+	switch {
+	case r.Subrequest >= 0:
+		return p.Child("firstAvailable").Index(r.Subrequest)
+	case obj.IsV1Beta1():
+		// v1beta1 has no `exactly`: point at the fields where the user wrote them.
+		return p
 	}
-	return out
+	return p.Child("exactly")
 }
 
 // Validate judges obj. Requests and opaque config of other drivers pass untouched.
 func (v *Validator) Validate(ctx context.Context, obj *resourceversion.Object) Result {
-	logger := klog.FromContext(ctx)
-	var res Result
-	judged := false
-	classMissing := false
-	inventoryDown := false
-	ourRequests := map[string]bool{}
-	for _, r := range requests(obj) {
-		var class *resourceapi.DeviceClass
-		classKnown := v.view != nil
-		if classKnown {
-			c, err := v.view.DeviceClass(r.class)
-			if err != nil {
-				// Without the class only the selectors can say whether the request is ours.
-				logger.Info("DeviceClass lookup failed; judging by the selectors only", "deviceClass", r.class, "err", err)
-				classKnown = false
-				inventoryDown = true
-			}
-			class = c
-		}
-		ours := v.classIsOurs(class)
-		for _, s := range r.selectors {
-			if s.CEL != nil && v.checker.Analyze(s.CEL.Expression).NamesDomain {
-				ours = true
-			}
-		}
-		missing := classKnown && class == nil
-		if !ours && !missing {
-			continue
-		}
-		judged = true
-		ourRequests[strings.SplitN(r.name, "/", 2)[0]] = true
-		for i, s := range r.selectors {
-			if s.CEL == nil {
-				continue
-			}
-			p := r.path.Child("selectors").Index(i).Child("cel", "expression")
-			a := v.checker.Analyze(s.CEL.Expression)
-			if a.CompileError != "" {
-				res.add(true, field.Invalid(p, s.CEL.Expression, a.CompileError))
-				continue
-			}
-			for _, issue := range a.Issues {
-				res.add(true, field.Invalid(p, s.CEL.Expression, issue))
-			}
-		}
-		if ours && v.maxDevices > 0 && r.mode == resourceapi.DeviceAllocationModeExactCount && r.count > int64(v.maxDevices) {
-			res.add(true, field.Invalid(r.path.Child("count"), r.count, fmt.Sprintf("request %s wants %d devices, but no node of driver %s holds more than %d; request at most %d or split the work across several claims",
-				r.name, r.count, v.driver, v.maxDevices, v.maxDevices)))
-		}
-		if missing {
-			classMissing = true
-			notFound := field.NotFound(r.path.Child("deviceClassName"), r.class)
-			notFound.Detail = fmt.Sprintf("DeviceClass %q does not exist; create it or use this driver's class %q", r.class, v.driver)
-			res.add(v.deny[RuleMissingClass], notFound)
-		}
+	j := &judgement{obj: obj, ours: map[string]bool{}}
+	for _, r := range feasibility.Requests(obj.Spec()) {
+		v.checkRequest(ctx, j, r)
 	}
-	configs := obj.SpecPath().Child("devices", "config")
-	for i, c := range obj.Spec().Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != v.driver {
-			continue
-		}
-		judged = true
-		if _, errs := v1alpha1.Decode(c.Opaque.Parameters.Raw, configs.Index(i).Child("opaque", "parameters")); len(errs) > 0 {
-			res.addConfig(errs)
-		}
+	v.checkConfigs(j)
+	if !j.judged {
+		return j.res
 	}
-	if !judged {
-		return res
+	// Feasibility is only worth asking about a claim whose requests are sound and whose classes
+	// are known.
+	if len(j.res.Errors) == 0 && !j.classMissing && !j.inventoryDown && v.view != nil {
+		v.checkFeasible(ctx, j)
 	}
-	if len(res.Errors) == 0 && !classMissing && !inventoryDown && v.view != nil {
-		msg, err := v.view.Unsatisfiable(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
-		switch {
-		case err != nil:
-			logger.Error(err, "Feasibility check failed; admitting without it")
-		case msg != "":
-			res.add(v.deny[RuleUnsatisfiable], field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "nothing currently published can satisfy the claim: "+msg))
-		case obj.Arrived.Kind == resourceversion.KindClaim:
-			// A claim is allocated as soon as it is scheduled; a template's claims come later,
-			// when what is free will have changed. Never a denial: a claim may wait for devices.
-			held, err := v.view.HeldNow(ctx, obj.Namespace(), ownPart(obj.Spec(), ourRequests))
-			switch {
-			case err != nil:
-				logger.Error(err, "Current-allocation check failed; admitting without it")
-			case held != "":
-				res.add(false, field.Invalid(obj.SpecPath().Child("devices"), field.OmitValueType{}, "fits, but every matching GPU is held now: "+held))
-			}
-		}
-	}
-	if obj.Deprecated() {
-		// About the object as a whole, so no field.
-		res.add(v.deny[RuleDeprecatedVersion], &field.Error{Type: field.ErrorTypeInvalid, BadValue: obj.Arrived.GroupVersion().String(),
-			Detail: fmt.Sprintf("%s %s is deprecated and removed in Kubernetes 1.38; write it as resource.k8s.io/v1: %s", obj.Arrived.GroupVersion(), obj.Arrived.Kind, obj.V1Form())})
-	}
-	return res
+	v.checkDeprecation(j)
+	return j.res
 }
 
 // classIsOurs: the class selects this driver's devices.
@@ -240,7 +171,7 @@ func ownPart(spec *resourceapi.ResourceClaimSpec, ours map[string]bool) *resourc
 	for _, c := range spec.Devices.Constraints {
 		keep := true
 		for _, name := range c.Requests {
-			if !ours[strings.SplitN(name, "/", 2)[0]] {
+			if !ours[resourceclaim.BaseRequestRef(name)] {
 				keep = false
 			}
 		}

@@ -15,7 +15,7 @@ import (
 // the device would set aside for it (the request rounded up as its requestPolicy says) is within
 // the policy and within the capacity. Without capacity requests dm is returned as it is. When
 // dm's devices all fall short, why says so, naming the capacities and the most any of them offers.
-func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.CapacityRequirements) (*deviceMatches, string) {
+func (s *Snapshot) withCapacity(dm *Matches, capacity *resourceapi.CapacityRequirements) (*Matches, string) {
 	if capacity == nil || len(capacity.Requests) == 0 {
 		return dm, ""
 	}
@@ -24,8 +24,25 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 		names = append(names, string(n))
 	}
 	slices.Sort(names)
+	key := capacityKey(dm, capacity, names)
+	if cached, ok := s.matchResults.Get(key); ok {
+		c := cached.(*capacityMatches)
+		return c.dm, c.why
+	}
+	out, seen := s.holdingCapacity(dm, capacity, names)
+	why := ""
+	if seen.selected > 0 && out.Count() == 0 {
+		why = seen.why(capacity, names)
+	}
+	s.matchResults.Add(key, &capacityMatches{dm: out, why: why})
+	return out, why
+}
+
+// capacityKey is what withCapacity's answer is cached by: the devices dm matched and the
+// capacity requests (names sorted).
+func capacityKey(dm *Matches, capacity *resourceapi.CapacityRequirements, names []string) string {
 	h := sha256.New()
-	for _, m := range dm.matched {
+	for _, m := range dm.Matched {
 		if m {
 			h.Write([]byte{1})
 		} else {
@@ -36,38 +53,45 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 		q := capacity.Requests[resourceapi.QualifiedName(n)]
 		fmt.Fprintf(h, "\x00%s=%s", n, q.String())
 	}
-	key := "capacity\x00" + string(h.Sum(nil))
-	if cached, ok := s.matchResults.Get(key); ok {
-		c := cached.(*capacityMatches)
-		return c.dm, c.why
-	}
-	out := &deviceMatches{counts: make([]int, len(s.nodes)), matched: make([]bool, len(s.devices))}
-	selected := 0
+	return "capacity\x00" + string(h.Sum(nil))
+}
+
+// capacitySeen is what holdingCapacity saw of the devices dm matched, for the message when none
+// of them holds the requests.
+type capacitySeen struct {
+	selected int
 	// most is, per requested capacity, the largest amount a selected device could set aside.
-	most := map[string]resource.Quantity{}
-	missing := map[string]int{}
+	most map[string]resource.Quantity
+	// missing counts, per requested capacity, the selected devices that do not publish it.
+	missing map[string]int
 	// heldBySome: some selected device could hold the request's amount of this capacity.
-	heldBySome := map[string]bool{}
-	for d, m := range dm.matched {
+	heldBySome map[string]bool
+}
+
+// holdingCapacity narrows dm to the devices that could hold every capacity request.
+func (s *Snapshot) holdingCapacity(dm *Matches, capacity *resourceapi.CapacityRequirements, names []string) (*Matches, *capacitySeen) {
+	out := &Matches{Counts: make([]int, len(s.nodes)), Matched: make([]bool, len(s.devices))}
+	seen := &capacitySeen{most: map[string]resource.Quantity{}, missing: map[string]int{}, heldBySome: map[string]bool{}}
+	for d, m := range dm.Matched {
 		if !m {
 			continue
 		}
-		selected++
+		seen.selected++
 		caps := s.dev(d).published().Capacity
 		fits := true
 		for _, n := range names {
 			c, ok := caps[resourceapi.QualifiedName(n)]
 			if !ok {
-				missing[n]++
+				seen.missing[n]++
 				fits = false
 				continue
 			}
 			limit := capacityLimit(c)
-			if cur, ok := most[n]; !ok || limit.Cmp(cur) > 0 {
-				most[n] = limit
+			if cur, ok := seen.most[n]; !ok || limit.Cmp(cur) > 0 {
+				seen.most[n] = limit
 			}
 			if holds(c, capacity.Requests[resourceapi.QualifiedName(n)]) {
-				heldBySome[n] = true
+				seen.heldBySome[n] = true
 			} else {
 				fits = false
 			}
@@ -75,40 +99,43 @@ func (s *snapshot) withCapacity(dm *deviceMatches, capacity *resourceapi.Capacit
 		if !fits {
 			continue
 		}
-		out.matched[d] = true
-		for _, n := range s.nodesOf(d) {
-			out.counts[n]++
+		out.Matched[d] = true
+		for _, n := range s.NodesOf(d) {
+			out.Counts[n]++
 		}
 	}
-	why := ""
-	if selected > 0 && countMatched(out) == 0 {
-		// Name the capacities no device holds; when each is held by some device, but never all of
-		// them by one, name them all.
-		short := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return heldBySome[n] })
-		if len(short) == 0 {
-			short = names
-		}
-		parts := make([]string, 0, len(short))
-		for _, n := range short {
-			q := capacity.Requests[resourceapi.QualifiedName(n)]
-			switch m, ok := most[n]; {
-			case !ok:
-				parts = append(parts, fmt.Sprintf("%s %s requested, but none publishes a %s capacity", n, q.String(), n))
-			case missing[n] > 0:
-				parts = append(parts, fmt.Sprintf("%s %s requested, at most %s on a device (%d publish no %s)", n, q.String(), m.String(), missing[n], n))
-			default:
-				parts = append(parts, fmt.Sprintf("%s %s requested, at most %s on a device", n, q.String(), m.String()))
-			}
-		}
-		why = fmt.Sprintf("%d published %s its class and selectors, but none can hold its capacity requests: %s; request at most what a device offers",
-			selected, verb(selected, "device matches", "devices match"), strings.Join(parts, "; "))
+	return out, seen
+}
+
+// why says that no selected device holds the capacity requests: it names the capacities no
+// device holds; when each is held by some device, but never all of them by one, it names them all.
+func (seen *capacitySeen) why(capacity *resourceapi.CapacityRequirements, names []string) string {
+	short := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return seen.heldBySome[n] })
+	if len(short) == 0 {
+		short = names
 	}
-	s.matchResults.Add(key, &capacityMatches{dm: out, why: why})
-	return out, why
+	parts := make([]string, 0, len(short))
+	for _, n := range short {
+		q := capacity.Requests[resourceapi.QualifiedName(n)]
+		switch m, ok := seen.most[n]; {
+		case !ok:
+			parts = append(parts, fmt.Sprintf("%s %s requested, but none publishes a %s capacity", n, q.String(), n))
+		case seen.missing[n] > 0:
+			parts = append(parts, fmt.Sprintf("%s %s requested, at most %s on a device (%d publish no %s)", n, q.String(), m.String(), seen.missing[n], n))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s requested, at most %s on a device", n, q.String(), m.String()))
+		}
+	}
+	match := "devices match"
+	if seen.selected == 1 {
+		match = "device matches"
+	}
+	return fmt.Sprintf("%d published %s its class and selectors, but none can hold its capacity requests: %s; request at most what a device offers",
+		seen.selected, match, strings.Join(parts, "; "))
 }
 
 type capacityMatches struct {
-	dm  *deviceMatches
+	dm  *Matches
 	why string
 }
 

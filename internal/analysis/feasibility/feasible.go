@@ -21,34 +21,36 @@ import (
 // warning: a false alarm is worse than a missed one.
 const maxShapes = 32
 
-// alternative is one way to satisfy a request: the request itself or one firstAvailable subrequest.
-type alternative struct {
-	request int
-	name    string
-	wanted  int64 // -1: allocationMode All
-	*deviceMatches
-	// capacityShort, when set, says why no device its selectors accept could ever hold its
+// Alternative is one way to satisfy a request: the request itself or one firstAvailable
+// subrequest, with the devices that could serve it.
+type Alternative struct {
+	// Request is the index of the request in the claim.
+	Request int
+	Name    string
+	Wanted  int64 // -1: allocationMode All
+	*Matches
+	// CapacityShort, when set, says why no device its selectors accept could ever hold its
 	// capacity requests.
-	capacityShort string
+	CapacityShort string
 }
 
 // Unsatisfiable runs the scheduler's allocator against the published devices, ignoring current
 // allocations, and explains why no node can satisfy spec, or returns "" when some node can (or
 // when the answer is unknown, e.g. a class is missing or the question is too big to answer fast).
 func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error) {
-	s, err := v.current()
+	s, err := v.Snapshot()
 	if err != nil {
 		return "", err
 	}
 	if len(spec.Devices.Requests) == 0 {
 		return "", nil
 	}
-	if err := wellFormed(spec); err != nil {
+	if err := WellFormed(spec); err != nil {
 		klog.FromContext(ctx).V(2).Info("Feasibility check skipped: malformed claim", "err", err)
 		return "", nil
 	}
-	features := v.featuresFor(ctx, s)
-	verdictKey := questionKey(namespace, features, spec)
+	features := v.Features(ctx, s)
+	verdictKey := QuestionKey(namespace, features, spec)
 	if verdictKey != nil {
 		if msg, ok := s.verdicts.Get(*verdictKey); ok {
 			return msg.(string), nil
@@ -65,10 +67,10 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	return msg, nil
 }
 
-// questionKey is the digest answers are remembered by: a key is then 32 bytes however large the
+// QuestionKey is the digest answers are remembered by: a key is then 32 bytes however large the
 // claim, and a cached answer keeps nothing of it. The features are part of the question: the API
 // server's answer may change within one published state. Nil when spec cannot be encoded.
-func questionKey(namespace string, features structured.Features, spec *resourceapi.ResourceClaimSpec) *[sha256.Size]byte {
+func QuestionKey(namespace string, features structured.Features, spec *resourceapi.ResourceClaimSpec) *[sha256.Size]byte {
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil
@@ -81,16 +83,16 @@ func questionKey(namespace string, features structured.Features, spec *resourcea
 
 // unsatisfiable answers for one snapshot; cacheable is false for answers that depend on more
 // than the snapshot and the spec (allocator errors).
-func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (string, bool) {
+func (v *View) unsatisfiable(ctx context.Context, s *Snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (string, bool) {
 	logger := klog.FromContext(ctx)
-	var alts []*alternative
-	for _, r := range requestsOf(spec) {
-		if r.capacity != nil && len(r.capacity.Requests) > 0 && !features.ConsumableCapacity {
+	var alts []*Alternative
+	for _, r := range Requests(spec) {
+		if r.Capacity != nil && len(r.Capacity.Requests) > 0 && !features.ConsumableCapacity {
 			// The API server drops capacity requests where it does not serve them, so only a
 			// claim that never reaches it (kubectl dra validate) gets here.
-			return fmt.Sprintf("request %s asks for capacity, but the cluster does not serve consumable capacity (feature gate DRAConsumableCapacity, on by default from Kubernetes 1.36): the API server drops capacity requests; select devices by their capacity instead", r.name), true
+			return fmt.Sprintf("request %s asks for capacity, but the cluster does not serve consumable capacity (feature gate DRAConsumableCapacity, on by default from Kubernetes 1.36): the API server drops capacity requests; select devices by their capacity instead", r.Name), true
 		}
-		a, ok := v.matchAlternative(ctx, s, r)
+		a, ok := v.MatchRequest(ctx, s, r)
 		if !ok {
 			return "", true
 		}
@@ -136,33 +138,45 @@ func (v *View) unsatisfiable(ctx context.Context, s *snapshot, namespace string,
 	return msg, true
 }
 
-// matchAlternative counts per node the devices that the class and the selectors accept and
-// that could hold the request's capacity requests.
-func (v *View) matchAlternative(ctx context.Context, s *snapshot, r *request) (*alternative, bool) {
-	class := s.classes[r.class]
+// MatchRequest counts per node the devices that the class and the selectors accept and
+// that could hold the request's capacity requests; false when the class is missing or a
+// selector does not compile.
+func (v *View) MatchRequest(ctx context.Context, s *Snapshot, r *Request) (*Alternative, bool) {
+	class := s.classes[r.Class]
 	if class == nil {
 		return nil, false
 	}
-	dm, ok := v.matchExprs(ctx, s, append(classExprs(class), selectorExprs(r.selectors)...))
+	dm, ok := v.Match(ctx, s, append(ClassExprs(class), selectorExprs(r.Selectors)...))
 	if !ok {
 		return nil, false
 	}
-	alt := &alternative{request: r.index, name: r.name, wanted: r.count}
-	if r.mode == resourceapi.DeviceAllocationModeAll {
-		alt.wanted = -1
+	alt := &Alternative{Request: r.Index, Name: r.Name, Wanted: r.Count}
+	if r.Mode == resourceapi.DeviceAllocationModeAll {
+		alt.Wanted = -1
 	}
-	alt.deviceMatches, alt.capacityShort = s.withCapacity(dm, r.capacity)
+	alt.Matches, alt.CapacityShort = s.withCapacity(dm, r.Capacity)
 	return alt, true
 }
 
-// deviceMatches is which devices a list of selectors accepts, and how many per node. It depends
-// only on the snapshot and the selectors, so it is computed once per snapshot.
-type deviceMatches struct {
-	counts  []int
-	matched []bool
+// Matches is which devices (by snapshot index) a list of selectors accepts, and how many per
+// node. It depends only on the snapshot and the selectors, so it is computed once per snapshot.
+type Matches struct {
+	Counts  []int
+	Matched []bool
 }
 
-func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs []celcheck.Ref, opaque bool) *deviceMatches {
+// Count is the number of devices matched.
+func (m *Matches) Count() int {
+	n := 0
+	for _, ok := range m.Matched {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+func (v *View) matchAll(ctx context.Context, s *Snapshot, exprs []string, refs []celcheck.Ref, opaque bool) *Matches {
 	// Keyed by a digest, as verdicts are: the selectors can be up to 10 KB each.
 	h := sha256.New()
 	for _, e := range exprs {
@@ -173,9 +187,9 @@ func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs [
 	h.Write([]byte(refsKey(refs, opaque)))
 	exprKey := string(h.Sum(nil))
 	if dm, ok := s.matchResults.Get(exprKey); ok {
-		return dm.(*deviceMatches)
+		return dm.(*Matches)
 	}
-	dm := &deviceMatches{counts: make([]int, len(s.nodes)), matched: make([]bool, len(s.devices))}
+	dm := &Matches{Counts: make([]int, len(s.nodes)), Matched: make([]bool, len(s.devices))}
 	p := s.projectionFor(refs, opaque)
 	for _, key := range p.order {
 		members := p.groups[key]
@@ -183,9 +197,9 @@ func (v *View) matchAll(ctx context.Context, s *snapshot, exprs []string, refs [
 			continue
 		}
 		for _, d := range members {
-			dm.matched[d] = true
-			for _, n := range s.nodesOf(d) {
-				dm.counts[n]++
+			dm.Matched[d] = true
+			for _, n := range s.NodesOf(d) {
+				dm.Counts[n]++
 			}
 		}
 	}
@@ -247,22 +261,22 @@ func (v *View) matchesGroup(ctx context.Context, key string, exprs []string, d d
 	return ok
 }
 
-func (a *alternative) fits(node int) bool {
-	if a.wanted < 0 {
-		return a.counts[node] > 0
+func (a *Alternative) fits(node int) bool {
+	if a.Wanted < 0 {
+		return a.Counts[node] > 0
 	}
-	return int64(a.counts[node]) >= a.wanted
+	return int64(a.Counts[node]) >= a.Wanted
 }
 
 // candidateNodes are the nodes where every request has an alternative with enough matching devices.
-func candidateNodes(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*alternative) []int {
+func candidateNodes(s *Snapshot, spec *resourceapi.ResourceClaimSpec, alts []*Alternative) []int {
 	var out []int
 	for n := range s.nodes {
 		ok := true
 		for ri := range spec.Devices.Requests {
 			any := false
 			for _, a := range alts {
-				if a.request == ri && a.fits(n) {
+				if a.Request == ri && a.fits(n) {
 					any = true
 					break
 				}
@@ -282,13 +296,13 @@ func candidateNodes(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*al
 // shapeKey is equal for nodes on which the allocator necessarily reaches the same verdict: the
 // same multiset of devices by which alternatives they match, the values the constraints compare
 // and their taints.
-func (s *snapshot) shapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*alternative) string {
-	return s.shapeKeyWith(n, spec, alts, nil)
+func (s *Snapshot) shapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*Alternative) string {
+	return s.ShapeKey(n, spec, alts, nil)
 }
 
-// shapeKeyWith is shapeKey with more to tell devices apart: extra(d), when set, is part of each
+// ShapeKey is shapeKey with more to tell devices apart: extra(d), when set, is part of each
 // device's signature (e.g. whether it is free now).
-func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts []*alternative, extra func(d int) string) string {
+func (s *Snapshot) ShapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*Alternative, extra func(d int) string) string {
 	if s.exact {
 		return s.nodes[n].Name
 	}
@@ -298,7 +312,7 @@ func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts
 		b.Reset()
 		any := false
 		for _, a := range alts {
-			if a.matched[d] {
+			if a.Matched[d] {
 				any = true
 				b.WriteByte('1')
 			} else {
@@ -313,7 +327,7 @@ func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts
 			if c.MatchAttribute == nil {
 				continue
 			}
-			domain, name := splitQualified(string(*c.MatchAttribute))
+			domain, name := SplitQualified(string(*c.MatchAttribute))
 			val, _ := attributeValue(dev, domain, name)
 			b.WriteByte(0)
 			b.WriteString(val)
@@ -330,15 +344,16 @@ func (s *snapshot) shapeKeyWith(n int, spec *resourceapi.ResourceClaimSpec, alts
 	return strings.Join(sigs, "\x00\x02")
 }
 
-func splitQualified(q string) (string, string) {
+// SplitQualified splits a qualified attribute name into its domain ("" for none) and name.
+func SplitQualified(q string) (string, string) {
 	if i := strings.Index(q, "/"); i >= 0 {
 		return q[:i], q[i+1:]
 	}
 	return "", q
 }
 
-func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (bool, error) {
-	if err := wellFormed(spec); err != nil {
+func (v *View) allocate(ctx context.Context, s *Snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features) (bool, error) {
+	if err := WellFormed(spec); err != nil {
 		return false, err
 	}
 	state := structured.AllocatedState{
@@ -346,11 +361,11 @@ func (v *View) allocate(ctx context.Context, s *snapshot, n int, namespace strin
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	return v.allocateWith(ctx, s, n, namespace, spec, features, state)
+	return v.Allocate(ctx, s, n, namespace, spec, features, state)
 }
 
-// allocateWith runs the allocator on node n with the given features and allocated state.
-func (v *View) allocateWith(ctx context.Context, s *snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features, state structured.AllocatedState) (bool, error) {
+// Allocate runs the allocator on node n with the given features and allocated state.
+func (v *View) Allocate(ctx context.Context, s *Snapshot, n int, namespace string, spec *resourceapi.ResourceClaimSpec, features structured.Features, state structured.AllocatedState) (bool, error) {
 	alloc, err := structured.NewAllocator(ctx, features, state, classLister{s}, s.fullSlices(n), v.celCache)
 	if err != nil {
 		return false, fmt.Errorf("create allocator: %w", err)
@@ -367,7 +382,7 @@ func (v *View) allocateWith(ctx context.Context, s *snapshot, n int, namespace s
 }
 
 // fullSlices are the slices node n sees, as published: what the allocator reads.
-func (s *snapshot) fullSlices(n int) []*resourceapi.ResourceSlice {
+func (s *Snapshot) fullSlices(n int) []*resourceapi.ResourceSlice {
 	if out, ok := s.full.Get(n); ok {
 		return out.([]*resourceapi.ResourceSlice)
 	}
@@ -381,12 +396,12 @@ func (s *snapshot) fullSlices(n int) []*resourceapi.ResourceSlice {
 
 // explain names the first request no node can satisfy, with the best node's count, or says that
 // the requests only fail together.
-func explain(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*alternative, candidates []int) string {
+func explain(s *Snapshot, spec *resourceapi.ResourceClaimSpec, alts []*Alternative, candidates []int) string {
 	for ri, r := range spec.Devices.Requests {
-		var own []*alternative
+		var own []*Alternative
 		satisfiable := false
 		for _, a := range alts {
-			if a.request != ri {
+			if a.Request != ri {
 				continue
 			}
 			own = append(own, a)
@@ -420,7 +435,7 @@ func explain(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*alternati
 	for _, n := range pool {
 		total := 0
 		for _, a := range alts {
-			total += a.counts[n]
+			total += a.Counts[n]
 		}
 		if total > bestTotal {
 			best, bestTotal = n, total
@@ -439,26 +454,26 @@ func explain(s *snapshot, spec *resourceapi.ResourceClaimSpec, alts []*alternati
 	}
 	var counts []string
 	for _, a := range alts {
-		counts = append(counts, fmt.Sprintf("%s %d", a.name, a.counts[best]))
+		counts = append(counts, fmt.Sprintf("%s %d", a.Name, a.Counts[best]))
 	}
 	return fmt.Sprintf("%s; best node %s has matching devices: %s", what, s.nodes[best].Name, strings.Join(counts, ", "))
 }
 
-func describeAlt(s *snapshot, a *alternative) string {
+func describeAlt(s *Snapshot, a *Alternative) string {
 	best, bestCount := -1, 0
 	for n := range s.nodes {
-		if best < 0 || a.counts[n] > bestCount {
-			best, bestCount = n, a.counts[n]
+		if best < 0 || a.Counts[n] > bestCount {
+			best, bestCount = n, a.Counts[n]
 		}
 	}
-	if bestCount == 0 && a.capacityShort != "" {
-		return fmt.Sprintf("%s: %s", a.name, a.capacityShort)
+	if bestCount == 0 && a.CapacityShort != "" {
+		return fmt.Sprintf("%s: %s", a.Name, a.CapacityShort)
 	}
 	if bestCount == 0 {
-		if a.wanted < 0 {
-			return fmt.Sprintf("%s: allocationMode All, but no published device matches its class and selectors", a.name)
+		if a.Wanted < 0 {
+			return fmt.Sprintf("%s: allocationMode All, but no published device matches its class and selectors", a.Name)
 		}
-		return fmt.Sprintf("%s: %d wanted, no published device matches its class and selectors", a.name, a.wanted)
+		return fmt.Sprintf("%s: %d wanted, no published device matches its class and selectors", a.Name, a.Wanted)
 	}
-	return fmt.Sprintf("%s: %d wanted, best node %s has %d matching", a.name, a.wanted, s.nodes[best].Name, bestCount)
+	return fmt.Sprintf("%s: %d wanted, best node %s has %d matching", a.Name, a.Wanted, s.nodes[best].Name, bestCount)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
@@ -46,7 +47,7 @@ func TestInterruptedIsNotCached(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			view := New(testCluster(), celcheck.New(driver, deviceschema.DeviceSchema()))
+			view := New(feasibilitytest.Cluster(), celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
 			ctx := interrupt(view)
 			msg, err := view.Unsatisfiable(ctx, "default", spec)
 			if err != nil {
@@ -73,7 +74,7 @@ func TestInterruptedIsNotCached(t *testing.T) {
 // as JSON, 1024 of them per published state).
 func TestCachesKeepNoSpec(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	view := New(testCluster(), celcheck.New(driver, deviceschema.DeviceSchema()))
+	view := New(feasibilitytest.Cluster(), celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
 	view.timeout = time.Minute
 	const n, size = 50, 64 << 10
 	var before, after runtime.MemStats
@@ -83,7 +84,7 @@ func TestCachesKeepNoSpec(t *testing.T) {
 		spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu"}}},
 			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver:     driver,
+				Driver:     feasibilitytest.Driver,
 				Parameters: runtimeapi.RawExtension{Raw: []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", size)))},
 			}}}},
 		}}

@@ -8,8 +8,8 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
 )
 
-// classExprs are the CEL expressions of a class's selectors.
-func classExprs(class *resourceapi.DeviceClass) []string {
+// ClassExprs are the CEL expressions of a class's selectors.
+func ClassExprs(class *resourceapi.DeviceClass) []string {
 	return selectorExprs(class.Spec.Selectors)
 }
 
@@ -23,8 +23,8 @@ func selectorExprs(selectors []resourceapi.DeviceSelector) []string {
 	return exprs
 }
 
-// matchExprs finds the devices all exprs accept; false when one of them does not compile.
-func (v *View) matchExprs(ctx context.Context, s *snapshot, exprs []string) (*deviceMatches, bool) {
+// Match finds the devices all exprs accept; false when one of them does not compile.
+func (v *View) Match(ctx context.Context, s *Snapshot, exprs []string) (*Matches, bool) {
 	var refs []celcheck.Ref
 	opaque := false
 	for _, e := range exprs {

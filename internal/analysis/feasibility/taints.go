@@ -14,8 +14,8 @@ import (
 // devices, a DeviceTaintRule): it runs the allocator with taints ignored on the candidate nodes
 // that have tainted devices, at most maxShapes of them, and names the first node where the claim
 // then fits with its distinct taints. "" when no such node is found.
-func (v *View) onlyTainted(ctx context.Context, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, candidates []int) string {
-	ignore := v.featuresFor(ctx, s)
+func (v *View) onlyTainted(ctx context.Context, s *Snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, candidates []int) string {
+	ignore := v.Features(ctx, s)
 	ignore.DeviceTaints = false
 	tried := 0
 	for _, n := range candidates {
@@ -37,7 +37,7 @@ func (v *View) onlyTainted(ctx context.Context, s *snapshot, namespace string, s
 			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 		}
-		if ok, _ := v.allocateWith(ctx, s, n, namespace, spec, ignore, state); ok {
+		if ok, _ := v.Allocate(ctx, s, n, namespace, spec, ignore, state); ok {
 			return fmt.Sprintf("it can only be satisfied by tainted devices (node %s: %s); add tolerations for them to its requests, or wait until the devices are healthy again",
 				s.nodes[n].Name, firstOf(sets.List(taints), 3))
 		}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
@@ -20,10 +21,10 @@ import (
 // feasible; one that fails for other reasons keeps its explanation.
 func TestOnlyTaintedDevices(t *testing.T) {
 	unhealthy := resourceapi.DeviceTaint{Key: "gpu.example.com/unhealthy", Value: "xid", Effect: resourceapi.DeviceTaintEffectNoSchedule}
-	st := &inventory.Objects{Classes: classes()}
+	st := &inventory.Objects{Classes: feasibilitytest.Classes()}
 	for _, node := range []string{"n0", "n1"} {
 		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-		s := gpuSlice(node, 2, fixed("LATEST-GPU-MODEL"), "80Gi")
+		s := feasibilitytest.GPUSlice(node, 2, feasibilitytest.Fixed("LATEST-GPU-MODEL"), "80Gi")
 		for i := range s.Spec.Devices {
 			if node == "n0" || i == 0 {
 				s.Spec.Devices[i].Taints = []resourceapi.DeviceTaint{unhealthy}
@@ -41,7 +42,7 @@ func TestOnlyTaintedDevices(t *testing.T) {
 		resourceversion.Default(spec)
 		return spec
 	}
-	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
+	view := New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
 	view.timeout = time.Minute
 	for _, tc := range []struct {
 		name string
@@ -55,7 +56,7 @@ func TestOnlyTaintedDevices(t *testing.T) {
 		{"three GPUs: no node has them", request(3, false), "request gpus: 3 wanted, best node n0 has 2 matching"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := naive(context.Background(), t, st, tc.spec); got != (tc.want == "") {
+			if got := feasibilitytest.Allocatable(context.Background(), t, st, tc.spec); got != (tc.want == "") {
 				t.Fatalf("test data is wrong: the allocator says feasible=%t", got)
 			}
 			msg, err := view.Unsatisfiable(context.Background(), "default", tc.spec)

@@ -16,6 +16,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -49,9 +50,9 @@ func transformed(t testing.TB, st *inventory.Objects) *inventory.Objects {
 // over the objects as inventory.
 func TestTransformedInventoryAnswersTheSame(t *testing.T) {
 	ctx := context.Background()
-	cases := loadCases[claimCase](t, "claims.yaml")
-	st := testCluster()
-	checker := celcheck.New(driver, deviceschema.DeviceSchema())
+	cases := feasibilitytest.LoadCases[claimCase](t, "claims.yaml")
+	st := feasibilitytest.Cluster()
+	checker := celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema())
 	plain, shared := New(st, checker), New(transformed(t, st), checker)
 	plain.timeout, shared.timeout = time.Minute, time.Minute
 	for _, tc := range cases {
@@ -78,7 +79,7 @@ func TestTransformedInventoryAnswersTheSame(t *testing.T) {
 func simulatedFleet(b testing.TB, nodes int) *inventory.Objects {
 	b.Helper()
 	groups := []nodegroups.GroupSpec{{}, {Model: "H200-SXM-141GB"}, {Model: "L4"}}
-	st := &inventory.Objects{Classes: classes()}
+	st := &inventory.Objects{Classes: feasibilitytest.Classes()}
 	for i := range nodes {
 		name := fmt.Sprintf("node-%05d", i)
 		res, err := plugin.Resources(context.Background(), name, simulated.New(name, groups[i%len(groups)]), plugin.CountersInOwnSlices)
@@ -86,7 +87,7 @@ func simulatedFleet(b testing.TB, nodes int) *inventory.Objects {
 			b.Fatal(err)
 		}
 		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu.example.com-x7k2p", UID: "0b7a4d8e-uid", ResourceVersion: "12345"},
-			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &name, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
+			Spec: resourceapi.ResourceSliceSpec{Driver: feasibilitytest.Driver, NodeName: &name, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 				Devices: res.Pools[name].Slices[0].Devices}}
 		data, err := json.Marshal(s)
 		if err != nil {
@@ -127,7 +128,7 @@ func perNode(b *testing.B, a, z heap, nodes int, what string) {
 //	go test -run '^$' -bench BenchmarkInventoryMemory -benchtime 3x ./internal/analysis/feasibility
 func BenchmarkInventoryMemory(b *testing.B) {
 	const nodes = 1000
-	checker := celcheck.New(driver, deviceschema.DeviceSchema())
+	checker := celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema())
 	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: "gpu", Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.example.com"].model == "L4"`}}}}}}}}
 	resourceversion.Default(spec)

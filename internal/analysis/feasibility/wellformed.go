@@ -7,15 +7,16 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 )
 
-// wellFormed reports the first structural fault of spec that the API server's validation refuses
+// WellFormed reports the first structural fault of spec that the API server's validation refuses
 // and the scheduler's allocator takes for granted (it panics on some: a duplicate request name
 // makes it look up the wrong request, an empty one mistakes a firstAvailable request for an exact
 // one). The API server validates before calling webhooks, but a review can be sent by anyone and
 // kubectl dra validates files offline, so the feasibility check gives no verdict on such a spec
 // rather than trusting it.
-func wellFormed(spec *resourceapi.ResourceClaimSpec) error {
+func WellFormed(spec *resourceapi.ResourceClaimSpec) error {
 	names := sets.New[string]()
 	for i, r := range spec.Devices.Requests {
 		if errs := validation.IsDNS1123Label(r.Name); len(errs) > 0 {
@@ -41,8 +42,7 @@ func wellFormed(spec *resourceapi.ResourceClaimSpec) error {
 	}
 	for i, c := range spec.Devices.Constraints {
 		for j, name := range c.Requests {
-			parent, _, _ := strings.Cut(name, "/")
-			if !names.Has(parent) {
+			if !names.Has(resourceclaim.BaseRequestRef(name)) {
 				return fmt.Errorf("spec.devices.constraints[%d].requests[%d]: no request named %q", i, j, name)
 			}
 		}

@@ -36,7 +36,7 @@ func TestWellFormed(t *testing.T) {
 			cons: []resourceapi.DeviceConstraint{{Requests: []string{"a", "zz/x"}}}, want: `constraints[0].requests[1]: no request named "zz/x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := wellFormed(&resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: tc.requests, Constraints: tc.cons}})
+			err := WellFormed(&resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: tc.requests, Constraints: tc.cons}})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)

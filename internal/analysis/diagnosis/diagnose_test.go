@@ -1,10 +1,8 @@
-package feasibility
+package diagnosis
 
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,9 +10,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
@@ -27,7 +26,7 @@ func holding(name, node string, devices ...int) *resourceapi.ResourceClaim {
 	c.Status.Allocation = &resourceapi.AllocationResult{}
 	for _, d := range devices {
 		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
-			resourceapi.DeviceRequestAllocationResult{Request: "g", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", d)})
+			resourceapi.DeviceRequestAllocationResult{Request: "g", Driver: feasibilitytest.Driver, Pool: node, Device: fmt.Sprintf("gpu-%d", d)})
 	}
 	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: "uid-" + "name"}}
 	return c
@@ -35,7 +34,7 @@ func holding(name, node string, devices ...int) *resourceapi.ResourceClaim {
 
 // busyCluster is testCluster with allocations and a DeviceTaintRule (see testdata/diagnose.yaml).
 func busyCluster() (*inventory.Objects, *deviceusage.Fleet) {
-	st := testCluster()
+	st := feasibilitytest.Cluster()
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	fl := deviceusage.Build(deviceusage.Input{
 		Slices: st.Slices,
@@ -55,32 +54,18 @@ type diagnoseCase struct {
 	Spec        resourceapi.ResourceClaimSpec `json:"spec"`
 }
 
-// loadCases reads a table of test cases from testdata/file, refusing unknown fields.
-func loadCases[C any](tb testing.TB, file string) []C {
-	tb.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", file))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var cases []C
-	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		tb.Fatalf("testdata/%s: %v", file, err)
-	}
-	return cases
-}
-
 func TestDiagnoseAgreesWithAllocator(t *testing.T) {
 	ctx := context.Background()
 	st, fl := busyCluster()
-	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
-	for _, tc := range loadCases[diagnoseCase](t, "diagnose.yaml") {
+	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
+	for _, tc := range feasibilitytest.LoadCases[diagnoseCase](t, "diagnose.yaml") {
 		t.Run(tc.Name, func(t *testing.T) {
 			spec := tc.Spec.DeepCopy()
 			resourceversion.Default(spec)
-			if got := naiveWith(ctx, t, st, fl.AllocatedState(), spec); got != tc.Allocatable {
+			if got := feasibilitytest.AllocatableWith(ctx, t, st, fl.AllocatedState(), spec); got != tc.Allocatable {
 				t.Fatalf("test data is wrong: the allocator says allocatable=%t", got)
 			}
-			d, err := view.Diagnose(ctx, "default", spec, fl)
+			d, err := Diagnose(ctx, view, "default", spec, fl)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +92,7 @@ func TestDiagnoseAgreesWithAllocator(t *testing.T) {
 func TestDiagnoseMessages(t *testing.T) {
 	ctx := context.Background()
 	st, fl := busyCluster()
-	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
+	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
 	latest := resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.example.com"].model == "LATEST-GPU-MODEL"`}}
 	for _, tc := range []struct {
 		name string
@@ -134,7 +119,7 @@ func TestDiagnoseMessages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.spec.DeepCopy()
 			resourceversion.Default(s)
-			d, err := view.Diagnose(ctx, "default", s, fl)
+			d, err := Diagnose(ctx, view, "default", s, fl)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +151,7 @@ func spec(r resourceapi.ExactDeviceRequest) resourceapi.ResourceClaimSpec {
 func TestDiagnoseMalformed(t *testing.T) {
 	ctx := context.Background()
 	st, fl := busyCluster()
-	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
+	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
 	one := func(name string) resourceapi.DeviceRequest {
 		return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu"}}
 	}
@@ -189,7 +174,7 @@ func TestDiagnoseMalformed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &resourceapi.ResourceClaimSpec{Devices: tc.spec}
 			resourceversion.Default(s)
-			d, err := view.Diagnose(ctx, "default", s, fl)
+			d, err := Diagnose(ctx, view, "default", s, fl)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %+v, %v; want an error containing %q", d, err, tc.want)
 			}

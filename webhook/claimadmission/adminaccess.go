@@ -1,4 +1,4 @@
-package claimvalidation
+package claimadmission
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
+	"github.com/gpu-dra/gpu-dra/webhook/denial"
 )
 
 // AdminAccessPath is where AdminAccessHandler is served; the chart's mutating entry
@@ -79,14 +80,10 @@ func (h *AdminAccessHandler) Handle(ctx context.Context, req admission.Request) 
 	if labels[resourceapi.DRAAdminNamespaceLabelKey] == "true" {
 		return admission.Allowed("")
 	}
-	name := req.Name
-	if name == "" {
-		name = obj.GenerateName() + "*"
-	}
 	forbidden := field.Forbidden(path, fmt.Sprintf("admin access to devices requires the label %s=true on namespace %q, which it lacks; a cluster administrator can add it with: kubectl label namespace %s %s=true",
 		resourceapi.DRAAdminNamespaceLabelKey, req.Namespace, req.Namespace, resourceapi.DRAAdminNamespaceLabelKey))
 	logger.V(2).Info("Denied admin access", "reason", forbidden.Error())
-	return admission.Denied(fmt.Sprintf("%s %q is invalid: %s", gvk.Kind, name, forbidden.Error()))
+	return denial.Invalid(gvk.Kind, denial.Name(req.Name, obj.GenerateName()), []string{forbidden.Error()})
 }
 
 // adminAccessPath is the field of the first request that asks for admin access, nil for none.

@@ -1,4 +1,4 @@
-package feasibility
+package diagnosis
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -28,7 +30,7 @@ import (
 // one of exclusive GPUs (see testdata/sharing.yaml).
 func sharingCluster(t *testing.T) *inventory.Objects {
 	t.Helper()
-	st := &inventory.Objects{Classes: classes()}
+	st := &inventory.Objects{Classes: feasibilitytest.Classes()}
 	small := resource.MustParse("40Gi")
 	for _, n := range []struct {
 		name string
@@ -52,10 +54,10 @@ func sharingCluster(t *testing.T) *inventory.Objects {
 		if len(sets) > 0 {
 			count = 2
 			st.Slices = append(st.Slices, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: n.name + "-counters"},
-				Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(n.name), Pool: resourceapi.ResourcePool{Name: n.name, ResourceSliceCount: count}, SharedCounters: sets}})
+				Spec: resourceapi.ResourceSliceSpec{Driver: feasibilitytest.Driver, NodeName: ptr.To(n.name), Pool: resourceapi.ResourcePool{Name: n.name, ResourceSliceCount: count}, SharedCounters: sets}})
 		}
 		st.Slices = append(st.Slices, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: n.name + "-gpus"},
-			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(n.name), Pool: resourceapi.ResourcePool{Name: n.name, ResourceSliceCount: count}, Devices: devices}})
+			Spec: resourceapi.ResourceSliceSpec{Driver: feasibilitytest.Driver, NodeName: ptr.To(n.name), Pool: resourceapi.ResourcePool{Name: n.name, ResourceSliceCount: count}, Devices: devices}})
 	}
 	return st
 }
@@ -88,7 +90,7 @@ func heldClaims(t *testing.T, held map[string][]string) claimList {
 	var out claimList
 	for i, k := range keys {
 		node, device, _ := strings.Cut(k, "/")
-		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: driver, Pool: node, Device: device}
+		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: feasibilitytest.Driver, Pool: node, Device: device}
 		for _, c := range held[k] {
 			name, q, ok := strings.Cut(c, "=")
 			if !ok {
@@ -126,14 +128,14 @@ type sharingCase struct {
 // against what the held claims leave free (HeldNow).
 func TestSharing(t *testing.T) {
 	st := sharingCluster(t)
-	for _, tc := range loadCases[sharingCase](t, "sharing.yaml") {
+	for _, tc := range feasibilitytest.LoadCases[sharingCase](t, "sharing.yaml") {
 		t.Run(tc.Name, func(t *testing.T) {
 			ctx := context.Background()
 			spec := tc.Spec.DeepCopy()
 			resourceversion.Default(spec)
-			view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()),
-				WithServed(fakeServed{consumable: !tc.NoConsumableCapacity}), WithClaims(heldClaims(t, tc.Held)))
-			view.timeout = time.Minute
+			view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()),
+				feasibility.WithServed(fakeServed{consumable: !tc.NoConsumableCapacity}), feasibility.WithTimeout(time.Minute))
+			held := NewHeld(view, heldClaims(t, tc.Held))
 			for range 2 { // the second answer comes from the caches
 				msg, err := view.Unsatisfiable(ctx, "default", spec)
 				if err != nil {
@@ -145,12 +147,12 @@ func TestSharing(t *testing.T) {
 				if msg != "" {
 					continue
 				}
-				held, err := view.HeldNow(ctx, "default", spec)
+				heldNow, err := held.HeldNow(ctx, "default", spec)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if (held == "") != (tc.HeldNow == "") || !strings.Contains(held, tc.HeldNow) {
-					t.Fatalf("HeldNow:\n got: %q\nwant: %q", held, tc.HeldNow)
+				if (heldNow == "") != (tc.HeldNow == "") || !strings.Contains(heldNow, tc.HeldNow) {
+					t.Fatalf("HeldNow:\n got: %q\nwant: %q", heldNow, tc.HeldNow)
 				}
 			}
 		})

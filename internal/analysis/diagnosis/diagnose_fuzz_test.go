@@ -1,4 +1,4 @@
-package feasibility
+package diagnosis
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
@@ -20,7 +22,7 @@ import (
 // is called allocatable unless Diagnose says it does not know. An input that takes over 10 s
 // counts as a crash too. Seeds: testdata/diagnose.yaml and testdata/fuzz/FuzzDiagnose.
 func FuzzDiagnose(f *testing.F) {
-	for _, tc := range loadCases[diagnoseCase](f, "diagnose.yaml") {
+	for _, tc := range feasibilitytest.LoadCases[diagnoseCase](f, "diagnose.yaml") {
 		seed, err := json.Marshal(tc.Spec)
 		if err != nil {
 			f.Fatal(err)
@@ -29,7 +31,7 @@ func FuzzDiagnose(f *testing.F) {
 	}
 	ctx := context.Background()
 	st, fl := busyCluster()
-	view := New(st, celcheck.New(driver, deviceschema.DeviceSchema()))
+	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var spec resourceapi.ResourceClaimSpec
 		if json.Unmarshal(raw, &spec) != nil {
@@ -37,9 +39,9 @@ func FuzzDiagnose(f *testing.F) {
 		}
 		resourceversion.Default(&spec)
 		timer := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("SLOW INPUT %q", raw)) })
-		d, err := view.Diagnose(ctx, "default", &spec, fl)
+		d, err := Diagnose(ctx, view, "default", &spec, fl)
 		timer.Stop()
-		malformed := wellFormed(&spec)
+		malformed := feasibility.WellFormed(&spec)
 		switch {
 		case (err != nil) != (malformed != nil):
 			t.Fatalf("Diagnose: %v; wellFormed: %v", err, malformed)
@@ -50,7 +52,7 @@ func FuzzDiagnose(f *testing.F) {
 		for _, fd := range d.Findings {
 			unknown = unknown || fd.Cause == CauseUnknown
 		}
-		if allocated := naiveWith(ctx, t, st, fl.AllocatedState(), &spec); d.Allocatable != allocated && (d.Allocatable || !unknown) {
+		if allocated := feasibilitytest.AllocatableWith(ctx, t, st, fl.AllocatedState(), &spec); d.Allocatable != allocated && (d.Allocatable || !unknown) {
 			t.Fatalf("Diagnose says allocatable=%t, the allocator %t: %+v", d.Allocatable, allocated, d)
 		}
 	})

@@ -1,4 +1,4 @@
-package feasibility
+package diagnosis
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
@@ -16,24 +18,9 @@ import (
 // every request fits alone; when it finds no place it tells constraints from requests that only
 // fit one by one.
 func (d *diagnoser) judgeClaim(ctx context.Context, diag *Diagnosis, all []*judged) {
-	nreq := len(d.spec.Devices.Requests)
-	for ri := range nreq {
-		if !slices.ContainsFunc(all, func(j *judged) bool { return j.index == ri && j.diag.Fits }) {
-			return // that request's findings say why
-		}
-	}
-	var candidates []int
-	for n := range d.s.nodes {
-		ok := true
-		for ri := range nreq {
-			if !slices.ContainsFunc(all, func(j *judged) bool { return j.index == ri && j.fits(n) }) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			candidates = append(candidates, n)
-		}
+	candidates, ok := d.fitAlone(all)
+	if !ok {
+		return // a request that fits nowhere: its findings say why
 	}
 	if len(candidates) == 0 {
 		diag.Findings = append(diag.Findings, d.apart(all))
@@ -57,44 +44,73 @@ func (d *diagnoser) judgeClaim(ctx context.Context, diag *Diagnosis, all []*judg
 	candidates = kept
 	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
 	defer cancel()
-	alts := make([]*alternative, 0, len(all))
+	alts := make([]*feasibility.Alternative, 0, len(all))
 	for _, j := range all {
 		alts = append(alts, j.alt)
 	}
 	node, complete, err := d.firstFit(ctx, candidates, d.spec, alts)
 	switch {
 	case node >= 0:
-		diag.Allocatable, diag.Node = true, d.s.nodes[node].Name
+		diag.Allocatable, diag.Node = true, d.s.NodeName(node)
 		diag.Findings = append(diag.Findings, Finding{Cause: CauseAllocatable,
 			Message: fmt.Sprintf("the allocator finds devices for the claim now, on node %s", diag.Node),
 			Fix:     "if its pod stays Pending, something other than its devices keeps it off that node (node selector, taints, CPU or memory): see the scheduler's message"})
-		return
 	case err != nil:
 		diag.Findings = append(diag.Findings, Finding{Cause: CauseUnknown, Message: fmt.Sprintf("the allocator fails: %v", err)})
-		return
 	case !complete:
 		diag.Findings = append(diag.Findings, Finding{Cause: CauseUnknown,
 			Message: fmt.Sprintf("the allocator found no place on the nodes it tried and could not try them all within %s (%d nodes where each request fits alone)", diagnoseTimeout, len(candidates))})
-		return
+	default:
+		diag.Findings = append(diag.Findings, d.noPlace(ctx, all, candidates, alts)...)
 	}
+}
+
+// fitAlone are the nodes where every request fits alone; false when some request fits on no node.
+func (d *diagnoser) fitAlone(all []*judged) ([]int, bool) {
+	nreq := len(d.spec.Devices.Requests)
+	for ri := range nreq {
+		if !slices.ContainsFunc(all, func(j *judged) bool { return j.Index == ri && j.diag.Fits }) {
+			return nil, false
+		}
+	}
+	var candidates []int
+	for n := range d.s.NumNodes() {
+		ok := true
+		for ri := range nreq {
+			if !slices.ContainsFunc(all, func(j *judged) bool { return j.Index == ri && j.fits(n) }) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			candidates = append(candidates, n)
+		}
+	}
+	return candidates, true
+}
+
+// noPlace explains why the allocator places the claim on none of the candidate nodes, where each
+// request fits alone: the constraints that cannot hold, or requests competing for the devices.
+func (d *diagnoser) noPlace(ctx context.Context, all []*judged, candidates []int, alts []*feasibility.Alternative) []Finding {
 	if len(d.spec.Devices.Constraints) > 0 {
 		unconstrained := d.spec.DeepCopy()
 		unconstrained.Devices.Constraints = nil
 		if n, _, _ := d.firstFit(ctx, candidates, unconstrained, alts); n >= 0 {
+			var out []Finding
 			for ci, c := range d.spec.Devices.Constraints {
 				one := d.spec.DeepCopy()
 				one.Devices.Constraints = []resourceapi.DeviceConstraint{c}
 				if n, complete, _ := d.firstFit(ctx, candidates, one, alts); n < 0 && complete {
-					diag.Findings = append(diag.Findings, d.constraint(ci, c, all, candidates))
+					out = append(out, d.constraint(ci, c, all, candidates))
 				}
 			}
-			if len(diag.Findings) == 0 {
-				diag.Findings = append(diag.Findings, constraintsTogether())
+			if len(out) == 0 {
+				out = append(out, constraintsTogether())
 			}
-			return
+			return out
 		}
 	}
-	diag.Findings = append(diag.Findings, d.conflict(all, candidates))
+	return []Finding{d.conflict(all, candidates)}
 }
 
 func constraintsTogether() Finding {
@@ -124,7 +140,7 @@ func (d *diagnoser) constraintsPossible(all []*judged, candidates []int) ([]int,
 		if d.anyShared(union) {
 			continue
 		}
-		domain, name := splitQualified(string(*c.MatchAttribute))
+		domain, name := feasibility.SplitQualified(string(*c.MatchAttribute))
 		checks = append(checks, check{ci, domain, name, sub, union})
 	}
 	var kept []int
@@ -161,7 +177,7 @@ func (d *diagnoser) involved(c resourceapi.DeviceConstraint, all []*judged) []*j
 	names := requestNames(d.spec, c.Requests)
 	var sub []*judged
 	for _, j := range all {
-		if slices.ContainsFunc(names, func(n string) bool { return n == j.name || n == strings.SplitN(j.name, "/", 2)[0] }) {
+		if slices.ContainsFunc(names, func(n string) bool { return n == j.Name || n == resourceclaim.BaseRequestRef(j.Name) }) {
 			sub = append(sub, j)
 		}
 	}
@@ -173,11 +189,11 @@ func (d *diagnoser) need(sub []*judged, n int) int64 {
 	var total int64
 	seen := map[int]bool{}
 	for _, j := range sub {
-		if seen[j.index] {
+		if seen[j.Index] {
 			continue
 		}
-		seen[j.index] = true
-		total += max(wanted(sub, j.index, n), 0)
+		seen[j.Index] = true
+		total += max(wanted(sub, j.Index, n), 0)
 	}
 	return total
 }
@@ -190,7 +206,7 @@ func (d *diagnoser) valueGroups(sub []*judged, union []bool, n int, domain, name
 		if !m || !d.availableOn(sub, di, n) {
 			continue
 		}
-		if v, ok := attributeValue(d.s.dev(di), domain, name); ok {
+		if v, ok := d.s.Attribute(di, domain, name); ok {
 			values[v]++
 		}
 	}
@@ -200,12 +216,12 @@ func (d *diagnoser) valueGroups(sub []*judged, union []bool, n int, domain, name
 // firstFit tries the allocator, with the current allocations, on one node of each shape among
 // candidates; it returns the first node where spec fits (-1: none) and whether every shape was
 // tried.
-func (d *diagnoser) firstFit(ctx context.Context, candidates []int, spec *resourceapi.ResourceClaimSpec, alts []*alternative) (int, bool, error) {
+func (d *diagnoser) firstFit(ctx context.Context, candidates []int, spec *resourceapi.ResourceClaimSpec, alts []*feasibility.Alternative) (int, bool, error) {
 	features := d.features
 	state := d.fl.AllocatedState()
 	tried := map[string]bool{}
 	for _, n := range candidates {
-		key := d.s.shapeKeyWith(n, spec, alts, d.useKey)
+		key := d.s.ShapeKey(n, spec, alts, d.useKey)
 		if tried[key] {
 			continue
 		}
@@ -214,7 +230,7 @@ func (d *diagnoser) firstFit(ctx context.Context, candidates []int, spec *resour
 			return -1, false, nil
 		}
 		tried[key] = true
-		ok, err := d.v.allocateWith(ctx, d.s, n, d.namespace, spec, features, state)
+		ok, err := d.v.Allocate(ctx, d.s, n, d.namespace, spec, features, state)
 		if ok {
 			return n, true, nil
 		}
@@ -247,12 +263,12 @@ func (d *diagnoser) useKey(di int) string {
 func wanted(all []*judged, ri int, n int) int64 {
 	best := int64(-1)
 	for _, j := range all {
-		if j.index != ri || !j.fits(n) {
+		if j.Index != ri || !j.fits(n) {
 			continue
 		}
-		w := j.alt.wanted
+		w := j.alt.Wanted
 		if w < 0 {
-			w = int64(j.alt.counts[n])
+			w = int64(j.alt.Counts[n])
 		}
 		if best < 0 || w < best {
 			best = w
@@ -277,9 +293,9 @@ func (d *diagnoser) apart(all []*judged) Finding {
 	var parts []string
 	for ri, r := range d.spec.Devices.Requests {
 		var nodes []string
-		for n := range d.s.nodes {
-			if slices.ContainsFunc(all, func(j *judged) bool { return j.index == ri && j.fits(n) }) {
-				nodes = append(nodes, d.s.nodes[n].Name)
+		for n := range d.s.NumNodes() {
+			if slices.ContainsFunc(all, func(j *judged) bool { return j.Index == ri && j.fits(n) }) {
+				nodes = append(nodes, d.s.NodeName(n))
 			}
 		}
 		parts = append(parts, fmt.Sprintf("%s fits on %s", r.Name, listMax(nodes, 3)))
@@ -309,15 +325,15 @@ func (d *diagnoser) conflict(all []*judged, candidates []int) Finding {
 	names := requestNames(d.spec, nil)
 	return Finding{Cause: CauseConflict,
 		Message: fmt.Sprintf("requests %s each fit alone but not together: together they need %d devices, best node %s has %d available that match any of them",
-			strings.Join(names, ", "), need, d.s.nodes[best].Name, bestAvail),
+			strings.Join(names, ", "), need, d.s.NodeName(best), bestAvail),
 		Fix: "request fewer devices, or split the claim"}
 }
 
 // unionMatched marks the devices any request matches.
 func (d *diagnoser) unionMatched(all []*judged) []bool {
-	out := make([]bool, len(d.s.devices))
+	out := make([]bool, d.s.NumDevices())
 	for _, j := range all {
-		for di, m := range j.alt.matched {
+		for di, m := range j.alt.Matched {
 			out[di] = out[di] || m
 		}
 	}
@@ -326,7 +342,7 @@ func (d *diagnoser) unionMatched(all []*judged) []bool {
 
 // availableOn: device di is on node n and free for at least one request that matches it.
 func (d *diagnoser) availableOn(all []*judged, di, n int) bool {
-	if !slices.Contains(d.s.nodesOf(di), n) {
+	if !slices.Contains(d.s.NodesOf(di), n) {
 		return false
 	}
 	for _, j := range all {
@@ -349,7 +365,7 @@ func (d *diagnoser) constraint(ci int, c resourceapi.DeviceConstraint, all []*ju
 		return f
 	}
 	attr := string(*c.MatchAttribute)
-	domain, name := splitQualified(attr)
+	domain, name := feasibility.SplitQualified(attr)
 	best, bestGroup := candidates[0], -1
 	var bestValues map[string]int
 	union := d.unionMatched(sub)
@@ -364,7 +380,7 @@ func (d *diagnoser) constraint(ci int, c resourceapi.DeviceConstraint, all []*ju
 		}
 	}
 	need := d.need(sub, best)
-	node := d.s.nodes[best].Name
+	node := d.s.NodeName(best)
 	f.Message = fmt.Sprintf("constraint matchAttribute %s over requests %s cannot hold: together they need %d devices with the same %s, but no node has more than %s with one value (best node %s: %s)",
 		attr, strings.Join(names, ", "), need, name, plural(bestGroup, "available matching device"), node, plural(len(bestValues), "value"))
 	if int64(bestGroup) >= need {
@@ -385,16 +401,11 @@ func (d *diagnoser) sharedAttributes(sub []*judged, n int, need int64, skip stri
 		if !m || !d.availableOn(sub, di, n) {
 			continue
 		}
-		dev := d.s.dev(di)
-		dev.slice.RangeAttributes(int(dev.index), func(qn resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
-			full := string(qn)
-			if !strings.Contains(full, "/") {
-				full = dev.slice.Spec.Driver + "/" + full
-			}
+		d.s.RangeAttributes(di, func(full, value string) {
 			if groups[full] == nil {
 				groups[full] = map[string]int{}
 			}
-			groups[full][attrString(a)]++
+			groups[full][value]++
 		})
 	}
 	var out []string

@@ -1,4 +1,4 @@
-package claimvalidation
+package claimadmission
 
 import (
 	"context"

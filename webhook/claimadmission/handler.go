@@ -1,23 +1,28 @@
-package claimvalidation
+// Package claimadmission is the webhook's admission side for ResourceClaims and
+// ResourceClaimTemplates: it decodes AdmissionReviews, runs the claim validation
+// (internal/analysis/claimvalidation) on them, answers with the verdict and counts the verdicts,
+// and explains ahead of the API server why a claim asking for admin access is refused.
+package claimadmission
 
 import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/webhook/denial"
 )
 
-// Handler serves the Validator as a controller-runtime admission handler for ResourceClaims and
+// Handler serves a claimvalidation.Validator as a controller-runtime admission handler for ResourceClaims and
 // ResourceClaimTemplates of every resource.k8s.io version.
 type Handler struct {
-	Validator *Validator
+	Validator *claimvalidation.Validator
 }
 
 var _ admission.Handler = &Handler{}
@@ -45,12 +50,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		denied := res.ErrorMessages()
 		logger.V(2).Info("Denied", "reasons", denied)
 		verdicts.WithLabelValues("denied", gvk.Version).Inc()
-		name := req.Name
-		if name == "" {
-			// generateName objects have no name yet; claims made from templates are such.
-			name = obj.GenerateName() + "*"
-		}
-		return admission.Denied(fmt.Sprintf("%s %q is invalid: %s", gvk.Kind, name, strings.Join(denied, "; "))).WithWarnings(warnings...)
+		// generateName objects have no name yet; claims made from templates are such.
+		return denial.Invalid(gvk.Kind, denial.Name(req.Name, obj.GenerateName()), denied).WithWarnings(warnings...)
 	}
 	if len(warnings) > 0 {
 		logger.V(2).Info("Admitted with warnings", "warnings", warnings)

@@ -1,4 +1,4 @@
-package claimvalidation
+package claimadmission
 
 import (
 	"fmt"
@@ -11,7 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation/claimvalidationtest"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
@@ -25,12 +26,12 @@ func (c claimList) Claims() ([]*resourceapi.ResourceClaim, error) { return c, ni
 // with the same spec is not warned about (its claims come later); once a GPU is free, no warning.
 func TestHeldNow(t *testing.T) {
 	st := &inventory.Objects{Classes: loadInventory(t).Classes, Nodes: []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "small"}}},
-		Slices: []*resourceapi.ResourceSlice{gpuSlice("small", 2, "LATEST-GPU-MODEL", "", resource.MustParse("80Gi"))}}
+		Slices: []*resourceapi.ResourceSlice{claimvalidationtest.GPUSlice("small", 2, "LATEST-GPU-MODEL", "", resource.MustParse("80Gi"))}}
 	held := claimList{}
 	for i := range 2 {
 		held = append(held, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("hog-%d", i), Namespace: "team-a"},
 			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: driverName, Pool: "small", Device: fmt.Sprintf("gpu-%d", i)}}}}}})
+				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: claimvalidationtest.Driver, Pool: "small", Device: fmt.Sprintf("gpu-%d", i)}}}}}})
 	}
 	spec := `{"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}`
 	claim := []byte(`{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "team-a"}, "spec": ` + spec + `}`)
@@ -46,7 +47,7 @@ func TestHeldNow(t *testing.T) {
 		{"claim, one GPU free", held[:1], claim, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := New(driverName, &nodegroups.Config{}, Rules, st, feasibility.WithClaims(tc.held))
+			v := claimvalidation.New(claimvalidationtest.Driver, &nodegroups.Config{}, claimvalidation.Rules, st, claimvalidation.WithClaims(tc.held))
 			obj, _, err := unstructuredFor(tc.raw)
 			if err != nil {
 				t.Fatal(err)

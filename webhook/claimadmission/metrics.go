@@ -1,4 +1,4 @@
-package claimvalidation
+package claimadmission
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

@@ -1,4 +1,4 @@
-package feasibility
+package diagnosis
 
 import (
 	"cmp"
@@ -12,24 +12,25 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 // invalidSelectors reports selectors that do not compile or read what this driver never
 // publishes: the allocator fails the whole claim on them, so nothing else is worth counting.
-func (d *diagnoser) invalidSelectors(class *resourceapi.DeviceClass, r *request) ([]Finding, bool) {
+func (d *diagnoser) invalidSelectors(class *resourceapi.DeviceClass, r *feasibility.Request) ([]Finding, bool) {
 	var out []Finding
-	for i, e := range classExprs(class) {
-		if a := d.v.checker.Analyze(e); a.CompileError != "" {
+	for i, e := range feasibility.ClassExprs(class) {
+		if a := d.v.Checker().Analyze(e); a.CompileError != "" {
 			out = append(out, Finding{Cause: CauseInvalidSelector, Message: fmt.Sprintf("selector %d of DeviceClass %q: %s", i, class.Name, a.CompileError),
 				Fix: "fix the DeviceClass (its owner, usually the driver's chart)"})
 		}
 	}
-	for i, sel := range r.selectors {
+	for i, sel := range r.Selectors {
 		if sel.CEL == nil {
 			continue
 		}
-		a := d.v.checker.Analyze(sel.CEL.Expression)
+		a := d.v.Checker().Analyze(sel.CEL.Expression)
 		if a.CompileError != "" {
 			out = append(out, Finding{Cause: CauseInvalidSelector, Message: fmt.Sprintf("selector %d: %s", i, a.CompileError)})
 			continue
@@ -41,22 +42,12 @@ func (d *diagnoser) invalidSelectors(class *resourceapi.DeviceClass, r *request)
 	return out, len(out) > 0
 }
 
-func countMatched(dm *deviceMatches) int {
-	n := 0
-	for _, m := range dm.matched {
-		if m {
-			n++
-		}
-	}
-	return n
-}
-
 // noMatch finds the selector that matches none of the class's devices and what it reads: the
 // values the devices have and, for a comparison with a literal no device has, the closest one.
-func (d *diagnoser) noMatch(ctx context.Context, class *resourceapi.DeviceClass, r *request) Finding {
-	cexprs := classExprs(class)
-	inClass, _ := d.v.matchExprs(ctx, d.s, cexprs)
-	total := countMatched(inClass)
+func (d *diagnoser) noMatch(ctx context.Context, class *resourceapi.DeviceClass, r *feasibility.Request) Finding {
+	cexprs := feasibility.ClassExprs(class)
+	inClass, _ := d.v.Match(ctx, d.s, cexprs)
+	total := inClass.Count()
 	if total == 0 {
 		return Finding{Cause: CauseNoMatch, Message: fmt.Sprintf("DeviceClass %q matches no published device", class.Name),
 			Details: []string{"the class selects: " + strings.Join(cexprs, " && ")},
@@ -65,15 +56,15 @@ func (d *diagnoser) noMatch(ctx context.Context, class *resourceapi.DeviceClass,
 	f := Finding{Cause: CauseNoMatch}
 	var counts []string
 	culprit := -1
-	for i, sel := range r.selectors {
+	for i, sel := range r.Selectors {
 		if sel.CEL == nil {
 			continue
 		}
-		m, ok := d.v.matchExprs(ctx, d.s, append(slices.Clone(cexprs), sel.CEL.Expression))
+		m, ok := d.v.Match(ctx, d.s, append(slices.Clone(cexprs), sel.CEL.Expression))
 		if !ok {
 			continue
 		}
-		n := countMatched(m)
+		n := m.Count()
 		counts = append(counts, fmt.Sprintf("selector %d matches %d of them: %s", i, n, sel.CEL.Expression))
 		if n == 0 && culprit < 0 {
 			culprit = i
@@ -85,9 +76,9 @@ func (d *diagnoser) noMatch(ctx context.Context, class *resourceapi.DeviceClass,
 		f.Fix = "loosen one of the selectors"
 		return f
 	}
-	expr := r.selectors[culprit].CEL.Expression
+	expr := r.Selectors[culprit].CEL.Expression
 	f.Message = fmt.Sprintf("selector %d matches none of the %d devices of DeviceClass %q: %s", culprit, total, class.Name, expr)
-	a := d.v.checker.Analyze(expr)
+	a := d.v.Checker().Analyze(expr)
 	for _, ref := range a.Refs {
 		vals := d.values(inClass, ref)
 		if len(vals) == 0 {
@@ -132,18 +123,18 @@ type valueCount struct {
 }
 
 // values counts the values of ref on the devices dm matched, most common first.
-func (d *diagnoser) values(dm *deviceMatches, ref celcheck.Ref) []valueCount {
+func (d *diagnoser) values(dm *feasibility.Matches, ref celcheck.Ref) []valueCount {
 	counts := map[string]int{}
-	for i, m := range dm.matched {
+	for i, m := range dm.Matched {
 		if !m {
 			continue
 		}
 		var v string
 		var ok bool
 		if ref.Capacity {
-			v, ok = capacityValue(d.s.dev(i), ref.Domain, ref.Name)
+			v, ok = d.s.Capacity(i, ref.Domain, ref.Name)
 		} else {
-			v, ok = attributeValue(d.s.dev(i), ref.Domain, ref.Name)
+			v, ok = d.s.Attribute(i, ref.Domain, ref.Name)
 		}
 		if ok {
 			counts[v]++
@@ -215,7 +206,7 @@ func literalKey(lit any) (string, bool) {
 // obstacles explains why no node with enough matching devices has enough of them available.
 func (d *diagnoser) obstacles(j *judged) []Finding {
 	var nodes []int
-	for n := range d.s.nodes {
+	for n := range d.s.NumNodes() {
 		if j.enough(n) {
 			nodes = append(nodes, n)
 		}
@@ -228,17 +219,31 @@ func (d *diagnoser) obstacles(j *judged) []Finding {
 			best = n
 		}
 	}
-	where := "on node " + d.s.nodes[best].Name
+	where := "on node " + d.s.NodeName(best)
 	if len(nodes) > 1 {
 		where = fmt.Sprintf("on the %d nodes with enough matching devices", len(nodes))
 	}
-	wanted := strconv.FormatInt(j.alt.wanted, 10)
-	if j.alt.wanted < 0 {
-		wanted = fmt.Sprintf("all %d matching", j.alt.counts[best])
+	wanted := strconv.FormatInt(j.alt.Wanted, 10)
+	if j.alt.Wanted < 0 {
+		wanted = fmt.Sprintf("all %d matching", j.alt.Counts[best])
 	}
-	var count [numObstacles]int
-	var holders, taints, counters, capacity []string
-	taintedDevices := map[string][]string{}
+	t := d.tally(j, on)
+	bestLine := fmt.Sprintf("best node %s has %d available, %s wanted", d.s.NodeName(best), j.available(best), wanted)
+	return d.obstacleFindings(j, t, where, bestLine, j.available(best))
+}
+
+// tally is what keeps the matching devices of some nodes from a request: how many devices each
+// obstacle keeps, and the holders, taints, counter sets and capacities behind them.
+type tally struct {
+	count                               [numObstacles]int
+	holders, taints, counters, capacity []string
+	// taintedDevices are the devices of each taint.
+	taintedDevices map[string][]string
+}
+
+// tally counts the obstacles of the request's matching devices on the nodes on.
+func (d *diagnoser) tally(j *judged, on map[int]bool) *tally {
+	t := &tally{taintedDevices: map[string][]string{}}
 	seen := map[string]bool{}
 	add := func(list *[]string, s string) {
 		if !seen[s] && len(*list) < maxListed {
@@ -247,62 +252,67 @@ func (d *diagnoser) obstacles(j *judged) []Finding {
 		}
 	}
 	for di, o := range sortedObstacles(j.obstacles) {
-		if o == obstacleNone || !slices.ContainsFunc(d.s.nodesOf(di), func(n int) bool { return on[n] }) {
+		if o == obstacleNone || !slices.ContainsFunc(d.s.NodesOf(di), func(n int) bool { return on[n] }) {
 			continue
 		}
-		count[o]++
+		t.count[o]++
 		dev := d.devices[di]
 		switch o {
 		case obstacleAllocated:
 			for _, a := range dev.Holders() {
-				add(&holders, a.Holder())
+				add(&t.holders, a.Holder())
 			}
 		case obstacleTainted:
-			for _, t := range untolerated(dev, j.request) {
-				s := t.String()
-				if t.Rule != "" {
-					s += " (DeviceTaintRule " + t.Rule + ")"
+			for _, taint := range untolerated(dev, j.Request) {
+				s := taint.String()
+				if taint.Rule != "" {
+					s += " (DeviceTaintRule " + taint.Rule + ")"
 				}
-				if _, ok := taintedDevices[s]; !ok {
-					taints = append(taints, s)
+				if _, ok := t.taintedDevices[s]; !ok {
+					t.taints = append(t.taints, s)
 				}
-				taintedDevices[s] = append(taintedDevices[s], deviceName(dev))
+				t.taintedDevices[s] = append(t.taintedDevices[s], deviceName(dev))
 			}
 		case obstacleCounters:
 			for _, name := range dev.CountersShort {
-				add(&counters, d.counterSet(dev, name))
+				add(&t.counters, d.counterSet(dev, name))
 			}
 		case obstacleCapacity:
-			add(&capacity, d.capacityShort(dev, j.request))
+			add(&t.capacity, d.capacityShort(dev, j.Request))
 		}
 	}
-	bestLine := fmt.Sprintf("best node %s has %d available, %s wanted", d.s.nodes[best].Name, j.available(best), wanted)
+	return t
+}
+
+// obstacleFindings are the findings of a tally, one per obstacle found, each with its fix;
+// available is what the best node has available.
+func (d *diagnoser) obstacleFindings(j *judged, t *tally, where, bestLine string, available int) []Finding {
 	var out []Finding
-	if n := count[obstacleAllocated]; n > 0 {
+	if n := t.count[obstacleAllocated]; n > 0 {
 		f := Finding{Cause: CauseAllocated, Message: fmt.Sprintf("%s %s %s allocated to other claims; %s", plural(n, "matching device"), where, verb(n, "is", "are"), bestLine),
-			Details: []string{"held by " + listMax(holders, maxListed)},
+			Details: []string{"held by " + listMax(t.holders, maxListed)},
 			Fix:     "wait for the pods holding them to finish, or delete those pods or claims"}
-		if avail := j.available(best); avail > 0 && j.alt.wanted > 0 {
-			f.Fix += fmt.Sprintf("; or request at most %d", avail)
+		if available > 0 && j.alt.Wanted > 0 {
+			f.Fix += fmt.Sprintf("; or request at most %d", available)
 		}
 		out = append(out, f)
 	}
-	if n := count[obstacleTainted]; n > 0 {
-		details := make([]string, 0, len(taints))
-		for _, t := range taints {
-			devs := taintedDevices[t]
-			details = append(details, fmt.Sprintf("%s on %s: %s", t, plural(len(devs), "device"), listMax(devs, maxListed)))
+	if n := t.count[obstacleTainted]; n > 0 {
+		details := make([]string, 0, len(t.taints))
+		for _, taint := range t.taints {
+			devs := t.taintedDevices[taint]
+			details = append(details, fmt.Sprintf("%s on %s: %s", taint, plural(len(devs), "device"), listMax(devs, maxListed)))
 		}
 		out = append(out, Finding{Cause: CauseTainted, Message: fmt.Sprintf("%s %s %s taints the request does not tolerate; %s", plural(n, "matching device"), where, verb(n, "has", "have"), bestLine),
 			Details: details, Fix: tolerationFix(d, j)})
 	}
-	if n := count[obstacleCounters]; n > 0 {
+	if n := t.count[obstacleCounters]; n > 0 {
 		out = append(out, Finding{Cause: CauseCounters, Message: fmt.Sprintf("%s %s %s of GPUs whose counters allocated partitions use up; %s", plural(n, "matching device"), where, verb(n, "is a partition", "are partitions"), bestLine),
-			Details: counters, Fix: "wait for the claims holding the other partitions, or request a smaller partition"})
+			Details: t.counters, Fix: "wait for the claims holding the other partitions, or request a smaller partition"})
 	}
-	if n := count[obstacleCapacity]; n > 0 {
+	if n := t.count[obstacleCapacity]; n > 0 {
 		out = append(out, Finding{Cause: CauseCapacity, Message: fmt.Sprintf("%s %s %s too little capacity left; %s", plural(n, "matching shared device"), where, verb(n, "has", "have"), bestLine),
-			Details: capacity, Fix: "request less capacity, or wait for other shares to end"})
+			Details: t.capacity, Fix: "request less capacity, or wait for other shares to end"})
 	}
 	return out
 }
@@ -315,13 +325,13 @@ func deviceName(dev *deviceusage.Device) string {
 }
 
 // untolerated are the device's taints that keep request r off it.
-func untolerated(dev *deviceusage.Device, r *request) []deviceusage.Taint {
+func untolerated(dev *deviceusage.Device, r *feasibility.Request) []deviceusage.Taint {
 	var out []deviceusage.Taint
 	for i, t := range dev.Published().Taints {
 		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
 			continue
 		}
-		if !slices.ContainsFunc(r.tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t) }) {
+		if !slices.ContainsFunc(r.Tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t) }) {
 			out = append(out, dev.Taints[i])
 		}
 	}
@@ -349,7 +359,7 @@ func tolerationFix(d *diagnoser, j *judged) string {
 		if o != obstacleTainted {
 			continue
 		}
-		taints := untolerated(d.devices[di], j.request)
+		taints := untolerated(d.devices[di], j.Request)
 		if len(taints) == 0 {
 			continue
 		}
@@ -384,7 +394,7 @@ func (d *diagnoser) counterSet(dev *deviceusage.Device, name string) string {
 	return "counter set " + name + " of pool " + dev.Pool
 }
 
-func (d *diagnoser) capacityShort(dev *deviceusage.Device, r *request) string {
+func (d *diagnoser) capacityShort(dev *deviceusage.Device, r *feasibility.Request) string {
 	var parts []string
 	names := make([]string, 0, len(dev.Published().Capacity))
 	for n := range dev.Published().Capacity {
@@ -398,8 +408,8 @@ func (d *diagnoser) capacityShort(dev *deviceusage.Device, r *request) string {
 			left.Sub(used)
 		}
 		s := fmt.Sprintf("%s %s of %s left", n, left.String(), c.Value.String())
-		if r.capacity != nil {
-			if q, ok := r.capacity.Requests[resourceapi.QualifiedName(n)]; ok {
+		if r.Capacity != nil {
+			if q, ok := r.Capacity.Requests[resourceapi.QualifiedName(n)]; ok {
 				s += ", " + q.String() + " requested"
 			}
 		}

@@ -1,4 +1,4 @@
-package claimvalidation
+package claimadmission
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"sort"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation/claimvalidationtest"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
@@ -34,7 +36,7 @@ func benchCluster(b *testing.B, nodes int) *inventory.Objects {
 			model, mem = "OLD-GPU-MODEL", "40Gi"
 		}
 		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		st.Slices = append(st.Slices, gpuSlice(name, 8, model, "", resource.MustParse(mem)))
+		st.Slices = append(st.Slices, claimvalidationtest.GPUSlice(name, 8, model, "", resource.MustParse(mem)))
 	}
 	return st
 }
@@ -46,7 +48,7 @@ func BenchmarkValidate(b *testing.B) {
 	files := []string{"seed-v1beta1", "seed-v1", "first-available", "constraints", "multiple-requests", "all-mode", "opaque-config", "single-claim"}
 	var objs []runtime.Object
 	for _, f := range files {
-		raw, err := os.ReadFile("testdata/valid/" + f + ".yaml")
+		raw, err := os.ReadFile(filepath.Join(testdata, "valid", f+".yaml"))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,10 @@
-package feasibility
+// Package diagnosis answers "why does this claim (or pod) wait?": request by request and node
+// group by node group, against the current allocations, it names what keeps a claim from its
+// devices (a missing class, selectors nothing matches, devices held, tainted or used up) with
+// the fix, or finds where the allocator places it now. kubectl dra why prints its Diagnosis; the
+// webhook's claim validation warns with Held when every matching device is held. It reads the
+// published state through feasibility's index.
+package diagnosis
 
 import (
 	"cmp"
@@ -11,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
@@ -101,38 +108,10 @@ const (
 	numObstacles
 )
 
-// request is an exact request or a firstAvailable subrequest with what Diagnose reads of it.
-type request struct {
-	index       int
-	name        string
-	class       string
-	selectors   []resourceapi.DeviceSelector
-	mode        resourceapi.DeviceAllocationMode
-	count       int64
-	adminAccess bool
-	tolerations []resourceapi.DeviceToleration
-	capacity    *resourceapi.CapacityRequirements
-}
-
-func requestsOf(spec *resourceapi.ResourceClaimSpec) []*request {
-	var out []*request
-	for i, r := range spec.Devices.Requests {
-		if e := r.Exactly; e != nil {
-			out = append(out, &request{index: i, name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count,
-				adminAccess: e.AdminAccess != nil && *e.AdminAccess, tolerations: e.Tolerations, capacity: e.Capacity})
-		}
-		for _, sub := range r.FirstAvailable {
-			out = append(out, &request{index: i, name: r.Name + "/" + sub.Name, class: sub.DeviceClassName, selectors: sub.Selectors, mode: sub.AllocationMode,
-				count: sub.Count, tolerations: sub.Tolerations, capacity: sub.Capacity})
-		}
-	}
-	return out
-}
-
 // diagnoser holds one Diagnose's state.
 type diagnoser struct {
-	v         *View
-	s         *snapshot
+	v         *feasibility.View
+	s         *feasibility.Snapshot
 	fl        *deviceusage.Fleet
 	namespace string
 	spec      *resourceapi.ResourceClaimSpec
@@ -145,8 +124,8 @@ type diagnoser struct {
 
 // judged is a request whose devices could be counted, with the counts.
 type judged struct {
-	*request
-	alt *alternative
+	*feasibility.Request
+	alt *feasibility.Alternative
 	// obstacles[d] for every matching device d.
 	obstacles map[int]obstacle
 	// perNode[o][n] counts the matching devices on node n with obstacle o.
@@ -155,16 +134,16 @@ type judged struct {
 }
 
 // Diagnose explains why the allocator cannot allocate a claim with spec now (spec defaulted as
-// the API server does) or finds the node where it can. Unlike Unsatisfiable it counts the
+// the API server does) or finds the node where it can. Unlike v.Unsatisfiable it counts the
 // cluster's current allocations, from fl, which must have been built from the same slices the
 // view lists (deviceusage.Fleet.Slices: with the DeviceTaintRules' taints, as the scheduler sees them).
 // A spec the API server refuses gets an error: the allocator assumes a validated claim (see
-// wellFormed), and a --cluster-state file is not validated by anyone.
-func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet) (*Diagnosis, error) {
-	if err := wellFormed(spec); err != nil {
+// feasibility.WellFormed), and a --cluster-state file is not validated by anyone.
+func Diagnose(ctx context.Context, v *feasibility.View, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet) (*Diagnosis, error) {
+	if err := feasibility.WellFormed(spec); err != nil {
 		return nil, fmt.Errorf("a claim spec the API server refuses: %w", err)
 	}
-	s, err := v.current()
+	s, err := v.Snapshot()
 	if err != nil {
 		return nil, err
 	}
@@ -188,13 +167,13 @@ func (v *View) Diagnose(ctx context.Context, namespace string, spec *resourceapi
 	return diag, nil
 }
 
-func newDiagnoser(ctx context.Context, v *View, s *snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet) *diagnoser {
-	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make(map[int]*deviceusage.Device, len(fl.Devices)), features: v.featuresFor(ctx, s)}
+func newDiagnoser(ctx context.Context, v *feasibility.View, s *feasibility.Snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet) *diagnoser {
+	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make(map[int]*deviceusage.Device, len(fl.Devices)), features: v.Features(ctx, s)}
 	// A fleet of busy pools is small and the view large: look each fleet device up among its
 	// node's devices, and only those local to no known node among all.
 	var elsewhere map[structured.DeviceID]*deviceusage.Device
 	for _, dev := range fl.Devices {
-		n, ok := s.nodeIndex[dev.Node]
+		n, ok := s.NodeIndex(dev.Node)
 		if !ok {
 			if elsewhere == nil {
 				elsewhere = map[structured.DeviceID]*deviceusage.Device{}
@@ -202,15 +181,15 @@ func newDiagnoser(ctx context.Context, v *View, s *snapshot, namespace string, s
 			elsewhere[dev.ID()] = dev
 			continue
 		}
-		for _, di := range s.nodeDevices[n] {
-			if s.dev(di).is(dev.Driver, dev.Pool, dev.Name) {
+		for _, di := range s.NodeDevices(n) {
+			if s.DeviceIs(di, dev.Driver, dev.Pool, dev.Name) {
 				d.devices[di] = dev
 			}
 		}
 	}
 	if len(elsewhere) > 0 {
-		for i := range s.devices {
-			if dev := elsewhere[s.dev(i).id()]; dev != nil {
+		for i := range s.NumDevices() {
+			if dev := elsewhere[s.DeviceID(i)]; dev != nil {
 				d.devices[i] = dev
 			}
 		}
@@ -222,7 +201,7 @@ func (d *diagnoser) run(ctx context.Context) (*Diagnosis, error) {
 	diag := &Diagnosis{Requests: []RequestDiagnosis{}}
 	var all []*judged
 	complete := true
-	for _, r := range requestsOf(d.spec) {
+	for _, r := range feasibility.Requests(d.spec) {
 		j := d.judge(ctx, r)
 		diag.Requests = append(diag.Requests, *j.diag)
 		if j.alt == nil {
@@ -253,42 +232,39 @@ func waitsForOthers(diag *Diagnosis) bool {
 }
 
 // judge counts the request's devices node by node and names its obstacles.
-func (d *diagnoser) judge(ctx context.Context, r *request) *judged {
-	j := &judged{request: r, diag: &RequestDiagnosis{Name: r.name, DeviceClass: r.class, AllocationMode: r.mode}}
-	if r.mode != resourceapi.DeviceAllocationModeAll {
-		j.diag.Count = r.count
+func (d *diagnoser) judge(ctx context.Context, r *feasibility.Request) *judged {
+	j := &judged{Request: r, diag: &RequestDiagnosis{Name: r.Name, DeviceClass: r.Class, AllocationMode: r.Mode}}
+	if r.Mode != resourceapi.DeviceAllocationModeAll {
+		j.diag.Count = r.Count
 	}
-	class := d.s.classes[r.class]
+	class := d.s.Class(r.Class)
 	if class == nil {
-		j.diag.Findings = append(j.diag.Findings, d.noSuchClass(r.class))
+		j.diag.Findings = append(j.diag.Findings, d.noSuchClass(r.Class))
 		return j
 	}
 	if f, bad := d.invalidSelectors(class, r); bad {
 		j.diag.Findings = append(j.diag.Findings, f...)
 		return j
 	}
-	dm, ok := d.v.matchExprs(ctx, d.s, append(classExprs(class), selectorExprs(r.selectors)...))
+	alt, ok := d.v.MatchRequest(ctx, d.s, r)
 	if !ok {
 		return j
 	}
-	dm, short := d.s.withCapacity(dm, r.capacity)
-	j.alt = &alternative{request: r.index, name: r.name, wanted: r.count, deviceMatches: dm, capacityShort: short}
-	if r.mode == resourceapi.DeviceAllocationModeAll {
-		j.alt.wanted = -1
-	}
+	j.alt = alt
+	dm, short := alt.Matches, alt.CapacityShort
 	j.obstacles = map[int]obstacle{}
 	for o := range j.perNode {
-		j.perNode[o] = make([]int, len(d.s.nodes))
+		j.perNode[o] = make([]int, d.s.NumNodes())
 	}
 	matched := 0
-	for di, m := range dm.matched {
+	for di, m := range dm.Matched {
 		if !m {
 			continue
 		}
 		matched++
 		o := d.obstacleOf(di, r)
 		j.obstacles[di] = o
-		for _, n := range d.s.nodesOf(di) {
+		for _, n := range d.s.NodesOf(di) {
 			j.perNode[o][n]++
 		}
 	}
@@ -303,18 +279,18 @@ func (d *diagnoser) judge(ctx context.Context, r *request) *judged {
 		return j
 	}
 	best := 0
-	for n := range d.s.nodes {
-		if dm.counts[n] > dm.counts[best] {
+	for n := range d.s.NumNodes() {
+		if dm.Counts[n] > dm.Counts[best] {
 			best = n
 		}
 	}
-	if j.alt.wanted > int64(dm.counts[best]) {
+	if j.alt.Wanted > int64(dm.Counts[best]) {
 		j.diag.Findings = append(j.diag.Findings, Finding{Cause: CauseTooFew,
-			Message: fmt.Sprintf("%d wanted, best node %s has %d matching", r.count, d.s.nodes[best].Name, dm.counts[best]),
-			Fix:     fmt.Sprintf("request at most %d, or split the work across several claims", dm.counts[best])})
+			Message: fmt.Sprintf("%d wanted, best node %s has %d matching", r.Count, d.s.NodeName(best), dm.Counts[best]),
+			Fix:     fmt.Sprintf("request at most %d, or split the work across several claims", dm.Counts[best])})
 		return j
 	}
-	for n := range d.s.nodes {
+	for n := range d.s.NumNodes() {
 		if j.fits(n) {
 			j.diag.Fits = true
 			return j
@@ -328,27 +304,27 @@ func (j *judged) available(n int) int { return j.perNode[obstacleNone][n] }
 
 // fits: the request alone could have its devices on node n now.
 func (j *judged) fits(n int) bool {
-	if j.alt.wanted < 0 {
-		return j.alt.counts[n] > 0 && j.available(n) == j.alt.counts[n]
+	if j.alt.Wanted < 0 {
+		return j.alt.Counts[n] > 0 && j.available(n) == j.alt.Counts[n]
 	}
-	return int64(j.available(n)) >= j.alt.wanted
+	return int64(j.available(n)) >= j.alt.Wanted
 }
 
 // enough: node n has enough matching devices, taken or not.
 func (j *judged) enough(n int) bool {
-	if j.alt.wanted < 0 {
-		return j.alt.counts[n] > 0
+	if j.alt.Wanted < 0 {
+		return j.alt.Counts[n] > 0
 	}
-	return int64(j.alt.counts[n]) >= j.alt.wanted
+	return int64(j.alt.Counts[n]) >= j.alt.Wanted
 }
 
 // obstacleOf says what keeps device di from request r, in the order the allocator checks.
-func (d *diagnoser) obstacleOf(di int, r *request) obstacle {
+func (d *diagnoser) obstacleOf(di int, r *feasibility.Request) obstacle {
 	dev := d.devices[di]
 	if dev == nil {
 		return obstacleNone
 	}
-	if !r.adminAccess && !dev.Shared && len(dev.Holders()) > 0 {
+	if !r.AdminAccess && !dev.Shared && len(dev.Holders()) > 0 {
 		return obstacleAllocated
 	}
 	if len(untolerated(dev, r)) > 0 {
@@ -365,12 +341,12 @@ func (d *diagnoser) obstacleOf(di int, r *request) obstacle {
 
 // capacityLeft: a shared device has what the request would consume of each capacity: what it
 // asks for, else the device's default for requests, else all of it (KEP-5075).
-func capacityLeft(dev *deviceusage.Device, r *request) bool {
+func capacityLeft(dev *deviceusage.Device, r *feasibility.Request) bool {
 	for name, c := range dev.Published().Capacity {
 		var want = c.Value
 		switch {
-		case r.capacity != nil && hasKey(r.capacity.Requests, name):
-			want = r.capacity.Requests[name]
+		case r.Capacity != nil && hasKey(r.Capacity.Requests, name):
+			want = r.Capacity.Requests[name]
 		case c.RequestPolicy != nil && c.RequestPolicy.Default != nil:
 			want = *c.RequestPolicy.Default
 		}
@@ -394,9 +370,9 @@ func hasKey[K comparable, V any](m map[K]V, k K) bool {
 func (d *diagnoser) nodeGroups(j *judged) []NodeGroup {
 	byKey := map[[numObstacles + 1]int]*NodeGroup{}
 	var groups []*NodeGroup
-	for n := range d.s.nodes {
+	for n := range d.s.NumNodes() {
 		var k [numObstacles + 1]int
-		k[0] = j.alt.counts[n]
+		k[0] = j.alt.Counts[n]
 		for o := range numObstacles {
 			k[o+1] = j.perNode[o][n]
 		}
@@ -407,7 +383,7 @@ func (d *diagnoser) nodeGroups(j *judged) []NodeGroup {
 			byKey[k] = g
 			groups = append(groups, g)
 		}
-		g.Nodes = append(g.Nodes, d.s.nodes[n].Name)
+		g.Nodes = append(g.Nodes, d.s.NodeName(n))
 	}
 	for _, g := range groups {
 		if g.Allocated > 0 {
@@ -428,12 +404,13 @@ func (d *diagnoser) nodeGroups(j *judged) []NodeGroup {
 func (d *diagnoser) holdersOn(j *judged, nodes []string) []string {
 	on := map[int]bool{}
 	for _, name := range nodes {
-		on[d.s.nodeIndex[name]] = true
+		n, _ := d.s.NodeIndex(name)
+		on[n] = true
 	}
 	var out []string
 	seen := map[string]bool{}
 	for di, o := range sortedObstacles(j.obstacles) {
-		if o != obstacleAllocated || !slices.ContainsFunc(d.s.nodesOf(di), func(n int) bool { return on[n] }) {
+		if o != obstacleAllocated || !slices.ContainsFunc(d.s.NodesOf(di), func(n int) bool { return on[n] }) {
 			continue
 		}
 		for _, a := range d.devices[di].Holders() {
@@ -467,11 +444,7 @@ func sortedObstacles(m map[int]obstacle) func(func(int, obstacle) bool) {
 
 // noSuchClass says the class is missing and which ones exist, the closest first.
 func (d *diagnoser) noSuchClass(name string) Finding {
-	names := make([]string, 0, len(d.s.classes))
-	for n := range d.s.classes {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := d.s.ClassNames()
 	f := Finding{Cause: CauseNoSuchClass, Message: fmt.Sprintf("DeviceClass %q does not exist", name)}
 	switch {
 	case len(names) == 0:

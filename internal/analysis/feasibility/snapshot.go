@@ -1,0 +1,476 @@
+package feasibility
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/lru"
+
+	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
+)
+
+// device is one published device: entry index of the snapshot's slices[in]. Kept small and
+// without pointers (a fleet has tens of thousands, which the collector then need not scan); dev
+// gives the device with its slice.
+type device struct {
+	index int32
+	in    int32
+	// taint indexes snapshot.taints.
+	taint int32
+}
+
+// devRef is device i of a snapshot, with its slice.
+type devRef struct {
+	slice *inventory.Slice
+	index int32
+}
+
+// dev returns device i.
+func (s *Snapshot) dev(i int) devRef {
+	d := &s.devices[i]
+	return devRef{slice: s.slices[d.in], index: d.index}
+}
+
+func (d devRef) published() *resourceapi.Device { return &d.slice.Spec.Devices[d.index] }
+
+func (d devRef) id() structured.DeviceID {
+	return structured.MakeDeviceID(d.slice.Spec.Driver, d.slice.Spec.Pool.Name, d.published().Name)
+}
+
+// is: d is the device driver/pool/name.
+func (d devRef) is(driver, pool, name string) bool {
+	return d.published().Name == name && d.slice.Spec.Pool.Name == pool && d.slice.Spec.Driver == driver
+}
+
+// celInput is what the CEL selectors see of d.
+func (d devRef) celInput() dracel.Device {
+	p := d.published()
+	return dracel.Device{Driver: d.slice.Spec.Driver, AllowMultipleAllocations: p.AllowMultipleAllocations, Attributes: d.slice.Attributes(int(d.index)), Capacity: p.Capacity}
+}
+
+// Snapshot indexes one published state: nodes and devices are numbered (nodes sorted by name),
+// and the answers found against it are cached with it. Its methods are what the diagnosis reads.
+type Snapshot struct {
+	generation uint64
+	// slices are the published slices as listed.
+	slices    []*inventory.Slice
+	classes   map[string]*resourceapi.DeviceClass
+	nodes     []*inventory.Node // sorted by name
+	nodeIndex map[string]int
+	// nodeSlices are the slices each node sees: its own plus those shared with it.
+	nodeSlices [][]*inventory.Slice
+	// full caches the slices as published of the nodes the allocator ran on (LRU by node, fullSize).
+	full    *lru.Cache
+	devices []device
+	// nodeDevices are the indices of the devices each node can use.
+	nodeDevices [][]int
+	// sliceNodes are the nodes each slice's devices are usable from (nodesOf).
+	sliceNodes [][]int
+	// taints are the devices' taints, each set once (taintKey); taints[0] is none.
+	taints []string
+	// exact disables grouping of nodes by shape when pools are partitioned or incomplete, where
+	// devices of equal attributes are not interchangeable.
+	exact bool
+	// anyShared: some device allows multiple allocations; sharedDrivers are the drivers of those.
+	anyShared     bool
+	sharedDrivers map[string]bool
+	// anyCounters: some slice has counter sets or a device consuming them.
+	anyCounters bool
+	// partitionable is the Served answer for these slices, asked once; counterSample is a slice
+	// with counters, if there is one: the Served question is whether any is stored.
+	partitionableOnce sync.Once
+	partitionable     bool
+	counterSample     []*resourceapi.ResourceSlice
+
+	// projections are not evicted: there is one per set of attributes the selectors read, and the
+	// snapshot drops them all at the next published change.
+	projMu      sync.Mutex
+	projections map[string]*projection
+	// matchResults caches *Matches by selectors (LRU, matchResultsSize entries and
+	// matchResultsBytes).
+	matchResults *lru.Cache
+	// verdicts caches Unsatisfiable answers by namespace and spec (LRU, verdictCacheSize).
+	verdicts *lru.Cache
+}
+
+// projection groups the devices by the values of the attributes a set of selectors reads.
+type projection struct {
+	keys   []string
+	groups map[string][]int
+	order  []string
+}
+
+func (v *View) build(gen uint64) (*Snapshot, error) {
+	objs, err := v.lister.Published()
+	if err != nil {
+		return nil, fmt.Errorf("list published objects: %w", err)
+	}
+	slices, classes, nodes := objs.CompactSlices, objs.Classes, objs.CompactNodes
+	if slices == nil || nodes == nil {
+		in := inventory.NewInterner()
+		if slices == nil {
+			slices = inventory.Compact(in, objs.Slices)
+		}
+		if nodes == nil {
+			nodes = inventory.CompactNodes(in, objs.Nodes)
+		}
+	}
+	s := &Snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, sharedDrivers: map[string]bool{},
+		projections: map[string]*projection{}, verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
+	for _, c := range classes {
+		s.classes[c.Name] = c
+	}
+	s.indexNodes(nodes)
+	s.indexDevices()
+	entry := 8*len(s.nodes) + len(s.devices) + 64
+	s.matchResults = lru.New(min(matchResultsSize, max(16, matchResultsBytes/entry)))
+	return s, nil
+}
+
+// indexNodes numbers the nodes, by name: those listed and those the slices name.
+func (s *Snapshot) indexNodes(nodes []*inventory.Node) {
+	addNode := func(n *inventory.Node) {
+		if _, ok := s.nodeIndex[n.Name]; !ok {
+			s.nodeIndex[n.Name] = -1
+			s.nodes = append(s.nodes, n)
+		}
+	}
+	for _, n := range nodes {
+		addNode(n)
+	}
+	// A slice may name a node the cache has not seen (offline inventories list no nodes).
+	for _, sl := range s.slices {
+		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
+			addNode(&inventory.Node{ObjectMeta: metav1.ObjectMeta{Name: *sl.Spec.NodeName}})
+		}
+	}
+	sort.Slice(s.nodes, func(i, j int) bool { return s.nodes[i].Name < s.nodes[j].Name })
+	for i, n := range s.nodes {
+		s.nodeIndex[n.Name] = i
+	}
+}
+
+// indexDevices numbers the devices of the slices and records which nodes reach each slice, and
+// what makes devices of equal attributes not interchangeable (partitions, incomplete pools).
+func (s *Snapshot) indexDevices() {
+	s.nodeSlices = make([][]*inventory.Slice, len(s.nodes))
+	s.sliceNodes = make([][]int, len(s.slices))
+	s.taints = []string{""}
+	taintIndex := map[string]int32{"": 0}
+	s.nodeDevices = make([][]int, len(s.nodes))
+	var fullNodes []*v1.Node
+	poolSlices := map[string]int{}
+	poolWant := map[string]int64{}
+	for si, sl := range s.slices {
+		pool := sl.Spec.Driver + "/" + sl.Spec.Pool.Name
+		poolSlices[pool]++
+		poolWant[pool] = sl.Spec.Pool.ResourceSliceCount
+		users := s.sliceUsers(sl, &fullNodes)
+		s.sliceNodes[si] = users
+		for _, u := range users {
+			s.nodeSlices[u] = append(s.nodeSlices[u], sl)
+		}
+		if s.addDevices(si, sl, users, taintIndex) {
+			s.exact, s.anyCounters = true, true
+			if s.counterSample == nil {
+				s.counterSample = []*resourceapi.ResourceSlice{sl.Full()}
+			}
+		}
+	}
+	for pool, n := range poolSlices {
+		if int64(n) != poolWant[pool] {
+			s.exact = true
+		}
+	}
+}
+
+// sliceUsers are the nodes that can use the devices of sl. fullNodes are the nodes as the
+// allocator reads them, made at the first slice that needs them.
+func (s *Snapshot) sliceUsers(sl *inventory.Slice, fullNodes *[]*v1.Node) []int {
+	if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
+		return []int{s.nodeIndex[*sl.Spec.NodeName]}
+	}
+	if *fullNodes == nil {
+		// As the allocator reads them, for this build only: kept, they would be the kilobyte a
+		// node that inventory.Node saves.
+		*fullNodes = make([]*v1.Node, len(s.nodes))
+		for i, n := range s.nodes {
+			(*fullNodes)[i] = n.Full()
+		}
+	}
+	var users []int
+	for i, n := range *fullNodes {
+		ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
+		if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
+			users = append(users, i)
+		}
+	}
+	if sl.Spec.PerDeviceNodeSelection != nil {
+		s.exact = true
+	}
+	return users
+}
+
+// addDevices numbers the devices of slice si for the nodes users; counters reports whether the
+// slice has counter sets or a device consuming them.
+func (s *Snapshot) addDevices(si int, sl *inventory.Slice, users []int, taintIndex map[string]int32) (counters bool) {
+	counters = len(sl.Spec.SharedCounters) > 0
+	for i := range sl.Spec.Devices {
+		d := &sl.Spec.Devices[i]
+		counters = counters || len(d.ConsumesCounters) > 0
+		if ptrTrue(d.AllowMultipleAllocations) {
+			s.anyShared = true
+			s.sharedDrivers[sl.Spec.Driver] = true
+		}
+		idx := len(s.devices)
+		taint, ok := taintIndex[taintKey(d.Taints)]
+		if !ok {
+			taint = int32(len(s.taints))
+			taintIndex[taintKey(d.Taints)] = taint
+			s.taints = append(s.taints, taintKey(d.Taints))
+		}
+		s.devices = append(s.devices, device{index: int32(i), in: int32(si), taint: taint})
+		for _, u := range users {
+			s.nodeDevices[u] = append(s.nodeDevices[u], idx)
+		}
+	}
+	return counters
+}
+
+// taintOf is device d's taintKey.
+func (s *Snapshot) taintOf(d int) string { return s.taints[s.devices[d].taint] }
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
+
+func taintKey(taints []resourceapi.DeviceTaint) string {
+	if len(taints) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(taints))
+	for _, t := range taints {
+		parts = append(parts, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// attributeValue finds a device attribute by domain and name the way the CEL environment does:
+// names without a domain belong to the device's driver.
+func attributeValue(d devRef, domain, name string) (string, bool) {
+	if domain == d.slice.Spec.Driver {
+		if a, ok := d.slice.Attribute(int(d.index), resourceapi.QualifiedName(name)); ok {
+			return attrString(a), true
+		}
+	}
+	if a, ok := d.slice.Attribute(int(d.index), resourceapi.QualifiedName(domain+"/"+name)); ok {
+		return attrString(a), true
+	}
+	return "", false
+}
+
+func capacityValue(d devRef, domain, name string) (string, bool) {
+	caps := d.published().Capacity
+	if domain == d.slice.Spec.Driver {
+		if c, ok := caps[resourceapi.QualifiedName(name)]; ok {
+			return c.Value.String(), true
+		}
+	}
+	if c, ok := caps[resourceapi.QualifiedName(domain+"/"+name)]; ok {
+		return c.Value.String(), true
+	}
+	return "", false
+}
+
+func attrString(a resourceapi.DeviceAttribute) string {
+	switch {
+	case a.IntValue != nil:
+		return fmt.Sprintf("i%d", *a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprintf("b%t", *a.BoolValue)
+	case a.StringValue != nil:
+		return "s" + *a.StringValue
+	case a.VersionValue != nil:
+		return "v" + *a.VersionValue
+	}
+	return fmt.Sprintf("%v", a)
+}
+
+// fullKey identifies every value of a device a selector could read.
+func fullKey(d devRef) string {
+	var b strings.Builder
+	b.WriteString(d.slice.Spec.Driver)
+	p := d.published()
+	var names []string
+	d.slice.RangeAttributes(int(d.index), func(n resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
+		names = append(names, "a"+string(n)+"="+attrString(a))
+	})
+	for n, c := range p.Capacity {
+		names = append(names, "c"+string(n)+"="+c.Value.String())
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b.WriteByte(0)
+		b.WriteString(n)
+	}
+	if p.AllowMultipleAllocations != nil {
+		fmt.Fprintf(&b, "\x00m%t", *p.AllowMultipleAllocations)
+	}
+	return b.String()
+}
+
+// refsKey names a set of references; "" with opaque means "everything".
+func refsKey(refs []celcheck.Ref, opaque bool) string {
+	if opaque {
+		return "*"
+	}
+	parts := make([]string, 0, len(refs))
+	for _, r := range refs {
+		parts = append(parts, fmt.Sprintf("%t/%s/%s", r.Capacity, r.Domain, r.Name))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "\x00")
+}
+
+// projectionFor groups the devices by the values refs read; cached per snapshot.
+func (s *Snapshot) projectionFor(refs []celcheck.Ref, opaque bool) *projection {
+	key := refsKey(refs, opaque)
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	if p, ok := s.projections[key]; ok {
+		return p
+	}
+	p := &projection{keys: make([]string, len(s.devices)), groups: map[string][]int{}}
+	var b strings.Builder
+	for i := range s.devices {
+		d := s.dev(i)
+		var k string
+		if opaque {
+			k = fullKey(d)
+		} else {
+			b.Reset()
+			b.WriteString(d.slice.Spec.Driver)
+			for _, r := range refs {
+				b.WriteByte(0)
+				var val string
+				var ok bool
+				if r.Capacity {
+					val, ok = capacityValue(d, r.Domain, r.Name)
+				} else {
+					val, ok = attributeValue(d, r.Domain, r.Name)
+				}
+				if ok {
+					b.WriteString(val)
+				} else {
+					b.WriteString("\x01missing")
+				}
+			}
+			k = b.String()
+		}
+		// Devices of a group share its first key: thousands of nodes of one shape keep one string.
+		if g, ok := p.groups[k]; ok {
+			k = p.keys[g[0]]
+		} else {
+			p.order = append(p.order, k)
+		}
+		p.keys[i] = k
+		p.groups[k] = append(p.groups[k], i)
+	}
+	s.projections[key] = p
+	return p
+}
+
+// classLister serves the snapshot's classes to the allocator.
+type classLister struct{ s *Snapshot }
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(l.s.classes))
+	for _, c := range l.s.classes {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if c, ok := l.s.classes[name]; ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("DeviceClass %q not found", name)
+}
+
+// NumNodes is the number of nodes; nodes are numbered 0..NumNodes()-1 in name order.
+func (s *Snapshot) NumNodes() int { return len(s.nodes) }
+
+// NodeName is the name of node n.
+func (s *Snapshot) NodeName(n int) string { return s.nodes[n].Name }
+
+// NodeIndex is the number of the named node.
+func (s *Snapshot) NodeIndex(name string) (int, bool) {
+	n, ok := s.nodeIndex[name]
+	return n, ok
+}
+
+// NodeDevices are the devices node n can use.
+func (s *Snapshot) NodeDevices(n int) []int { return s.nodeDevices[n] }
+
+// NodesOf are the nodes device d is usable from.
+func (s *Snapshot) NodesOf(d int) []int { return s.sliceNodes[s.devices[d].in] }
+
+// NumDevices is the number of devices; devices are numbered 0..NumDevices()-1.
+func (s *Snapshot) NumDevices() int { return len(s.devices) }
+
+// DeviceIs: device d is the device driver/pool/name.
+func (s *Snapshot) DeviceIs(d int, driver, pool, name string) bool {
+	return s.dev(d).is(driver, pool, name)
+}
+
+// DeviceID is device d's ID, as the allocator names it.
+func (s *Snapshot) DeviceID(d int) structured.DeviceID { return s.dev(d).id() }
+
+// Class is the named DeviceClass, nil when there is none.
+func (s *Snapshot) Class(name string) *resourceapi.DeviceClass { return s.classes[name] }
+
+// ClassNames are the names of the DeviceClasses, sorted.
+func (s *Snapshot) ClassNames() []string {
+	names := make([]string, 0, len(s.classes))
+	for n := range s.classes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Slices are the published slices, as listed.
+func (s *Snapshot) Slices() []*inventory.Slice { return s.slices }
+
+// Attribute is device d's value of the attribute domain/name, looked up as the CEL environment
+// does (names without a domain belong to the device's driver), as a value key: a letter for the
+// type (i, b, s, v) and the value.
+func (s *Snapshot) Attribute(d int, domain, name string) (string, bool) {
+	return attributeValue(s.dev(d), domain, name)
+}
+
+// Capacity is device d's capacity domain/name, as a quantity.
+func (s *Snapshot) Capacity(d int, domain, name string) (string, bool) {
+	return capacityValue(s.dev(d), domain, name)
+}
+
+// RangeAttributes calls f with each attribute of device d: its fully qualified name and its value
+// key (see Attribute).
+func (s *Snapshot) RangeAttributes(d int, f func(name, value string)) {
+	dev := s.dev(d)
+	dev.slice.RangeAttributes(int(dev.index), func(qn resourceapi.QualifiedName, a resourceapi.DeviceAttribute) {
+		full := string(qn)
+		if !strings.Contains(full, "/") {
+			full = dev.slice.Spec.Driver + "/" + full
+		}
+		f(full, attrString(a))
+	})
+}
