@@ -1,5 +1,7 @@
 // Package app implements the `kubectl dra` commands: upgrade (rewrite resource.k8s.io manifests
-// for another API version) and validate (the webhook's claim checks, without admission).
+// for another API version), validate (the webhook's claim checks, without admission), status
+// (every GPU and who holds it), why (what keeps a claim from its devices) and fault (simulated
+// GPU faults).
 package app
 
 import (
