@@ -1,5 +1,7 @@
 // Package app implements the `kubectl dra` commands: upgrade (rewrite resource.k8s.io manifests
-// for another API version) and validate (the webhook's claim checks, without admission).
+// for another API version), validate (the webhook's claim checks, without admission), status
+// (every GPU and who holds it), why (what keeps a claim from its devices) and fault (simulated
+// GPU faults).
 package app
 
 import (
@@ -46,10 +48,16 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
 	root := &cobra.Command{
 		Use:   "kubectl-dra",
-		Short: "Upgrade and validate Dynamic Resource Allocation manifests",
-		Long: `kubectl dra rewrites ResourceClaimTemplates, ResourceClaims and DeviceClasses for the
-resource.k8s.io version a cluster serves, and runs the gpu-dra webhook's checks on them
-offline (CI pipelines) or against a cluster's ResourceSlices and DeviceClasses.`,
+		Short: "Upgrade, validate and explain Dynamic Resource Allocation manifests and GPUs",
+		Long: `kubectl dra works with the gpu-dra driver's claims and GPUs:
+
+  upgrade   rewrite ResourceClaimTemplates, ResourceClaims and DeviceClasses for the
+            resource.k8s.io version a cluster serves
+  validate  run the gpu-dra webhook's checks on them, offline (CI pipelines) or against a
+            cluster's ResourceSlices and DeviceClasses
+  status    show every GPU: model, memory, health, and the claim and pod holding it
+  why       explain why a pod or ResourceClaim gets no devices
+  fault     inject or clear a simulated GPU fault`,
 		SilenceUsage: true,
 		Annotations: map[string]string{
 			cobra.CommandDisplayNameAnnotation: "kubectl dra",
