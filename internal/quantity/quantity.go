@@ -50,7 +50,19 @@ func Parse(s string) (resource.Quantity, error) {
 
 // Check reports whether Parse would reach resource.ParseQuantity with s: nil when s is short and
 // any exponent small, whether or not s is a valid quantity. It allocates nothing on success.
-func Check(s string) error {
+func Check(s string) error { return check(s) }
+
+// Costly reports whether resource.ParseQuantity could spend more than a moment on s: Check refuses
+// it, and s starts as a number does. A string that does not, however long, is refused by
+// resource.ParseQuantity before any arithmetic: it is no quantity, but not a costly one.
+func Costly(s string) bool { return costly(s) }
+
+func costly[T ~string | ~[]byte](s T) bool {
+	return len(s) > 0 && (s[0] >= '0' && s[0] <= '9' || s[0] == '+' || s[0] == '-' || s[0] == '.') && check(s) != nil
+}
+
+// check is Check of a string or of the bytes of one, which it does not copy.
+func check[T ~string | ~[]byte](s T) error {
 	if len(s) > MaxLength {
 		return fmt.Errorf("%w (%d bytes)", ErrTooLong, len(s))
 	}
@@ -58,7 +70,7 @@ func Check(s string) error {
 	if !ok {
 		return nil
 	}
-	n, err := strconv.ParseInt(exp, 10, 32)
+	n, err := strconv.ParseInt(string(exp), 10, 32)
 	if errors.Is(err, strconv.ErrSyntax) {
 		// resource.ParseQuantity refuses it as cheaply.
 		return nil
@@ -71,17 +83,19 @@ func Check(s string) error {
 
 // exponent returns the digits (with their sign) of a decimal exponent suffix as
 // resource.ParseQuantity reads it: after an optional sign, digits and an optional fraction, an "e"
-// or "E" followed by more. A lone "E" is the SI suffix exa, not an exponent.
-func exponent(s string) (string, bool) {
+// or "E" followed by more. A lone "E" is the SI suffix exa, not an exponent. An exponent of zero
+// (no digit but 0 before it, as in a model name "E5000") costs nothing and is not reported.
+func exponent[T ~string | ~[]byte](s T) (T, bool) {
 	i := 0
 	if i < len(s) && (s[i] == '+' || s[i] == '-') {
 		i++
 	}
-	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
-		i++
+	nonzero := false
+	for ; i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.'); i++ {
+		nonzero = nonzero || s[i] >= '1' && s[i] <= '9'
 	}
-	if i+1 < len(s) && (s[i] == 'e' || s[i] == 'E') {
+	if nonzero && i+1 < len(s) && (s[i] == 'e' || s[i] == 'E') {
 		return s[i+1:], true
 	}
-	return "", false
+	return s[:0], false
 }

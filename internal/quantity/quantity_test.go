@@ -38,7 +38,13 @@ func TestParse(t *testing.T) {
 		{in: "1e5000000", err: ErrExponent},
 		{in: "1E-101", err: ErrExponent},
 		{in: "-1e+101", err: ErrExponent},
-		{in: ".e-5000000", err: ErrExponent},
+		{in: ".1e-5000000", err: ErrExponent},
+		{in: "0.0000001E+5000000", err: ErrExponent},
+		// Zero times any power of ten is parsed as cheaply: a model may be called "E5000".
+		{in: "E5000"},
+		{in: "0e-99999999"},
+		{in: "-0.000e99999999"},
+		{in: ".e-99999999", err: ErrSyntax},
 		{in: "1e99999999999999999999", err: ErrExponent},
 		{in: "1e-2147483648", err: ErrExponent},
 		// int32 wraps 2^32 to 0 inside resource.ParseQuantity: refused rather than read as 1.
@@ -126,4 +132,25 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q) = %s, resource.ParseQuantity = %s", s, q.String(), want.String())
 		}
 	})
+}
+
+// TestCostly: what no check may hand resource.ParseQuantity, and what it parses at once though
+// Parse refuses it (a long text that is no number).
+func TestCostly(t *testing.T) {
+	for in, want := range map[string]bool{
+		"1e-5000000":                   true,
+		" 1e-5000000":                  false, // callers trim as the decoder does; ParseQuantity refuses a blank at once
+		"-1E+5000000":                  true,
+		".5e-200":                      true,
+		strings.Repeat("1", 65):        true,
+		"+" + strings.Repeat("0", 100): true,
+		strings.Repeat("x", 1000):      false,
+		"E5000":                        false,
+		"10Gi":                         false,
+		"":                             false,
+	} {
+		if got := Costly(in); got != want {
+			t.Errorf("Costly(%.40q) = %t, want %t", in, got, want)
+		}
+	}
 }
