@@ -1,0 +1,61 @@
+package quantity
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// CheckJSON finds, before a decoder hands them to resource.ParseQuantity, the quantities of a
+// JSON document whose parsing cost is unbounded. Every string and number value is read as
+// resource.Quantity's UnmarshalJSON reads it; only for a Costly one does field get its JSON
+// pointer, and return where the value sits, or "" where no quantity does (a label may hold any
+// text). The error names that place, the value and the reason. A document that is not JSON is
+// left to the decoder to refuse.
+func CheckJSON(doc []byte, field func(jsontext.Pointer) string) error {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(doc), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	for {
+		kind := dec.PeekKind()
+		if kind == 0 {
+			return nil
+		}
+		if kind != '"' && kind != '0' || isName(dec) {
+			if _, err := dec.ReadToken(); err != nil {
+				return nil
+			}
+			continue
+		}
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil
+		}
+		// resource.Quantity's UnmarshalJSON parses the bytes between the quotes as they are,
+		// escapes included (a value with one fails at once), blanks trimmed.
+		s := v
+		if kind == '"' {
+			s = v[1 : len(v)-1]
+		}
+		s = bytes.TrimSpace(s)
+		if !costly(s) {
+			continue
+		}
+		if at := field(dec.StackPointer()); at != "" {
+			return fmt.Errorf("%s: %q: %w", at, shorten(string(s)), check(s))
+		}
+	}
+}
+
+// isName: the next token of dec is an object member's name, not a value.
+func isName(dec *jsontext.Decoder) bool {
+	kind, n := dec.StackIndex(dec.StackDepth())
+	return kind == '{' && n%2 == 0
+}
+
+// shorten keeps a message readable when the value is a megabyte of digits.
+func shorten(s string) string {
+	if len(s) <= MaxLength {
+		return s
+	}
+	return s[:MaxLength] + "..."
+}

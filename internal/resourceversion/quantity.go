@@ -1,0 +1,76 @@
+package resourceversion
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-dra/gpu-dra/internal/quantity"
+)
+
+// checkQuantities refuses a document one of whose quantities resource.ParseQuantity, which the
+// decoder calls on each as written, would parse for seconds or minutes ("1e-5000000" in a claim's
+// capacity request: 10 bytes, a second). YAML is turned into JSON first; the JSON is returned, for
+// the decoder to read instead of doc.
+func checkQuantities(doc []byte) ([]byte, error) {
+	if t := bytes.TrimSpace(doc); len(t) == 0 || t[0] != '{' {
+		j, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return doc, nil // the decoder says what is wrong
+		}
+		doc = j
+	}
+	return doc, quantity.CheckJSON(doc, quantityField)
+}
+
+// quantityField is the field path of the value at p when it is one of the resource.k8s.io
+// quantities (a capacity, capacity request, consumed capacity, counter or request policy), and ""
+// elsewhere (metadata and a driver's opaque parameters hold text of any shape).
+func quantityField(p jsontext.Pointer) string {
+	var path *field.Path
+	quantities, parent := false, ""
+	for t := range p.Tokens() {
+		switch {
+		case path == nil:
+			path = field.NewPath(t)
+		case keyed(parent, t):
+			path = path.Key(t)
+		case isIndex(t):
+			n, _ := strconv.Atoi(t)
+			path = path.Index(n)
+		default:
+			path = path.Child(t)
+		}
+		switch strings.ToLower(t) {
+		case "metadata", "parameters":
+			return ""
+		case "capacity", "consumedcapacity", "counters", "requestpolicy":
+			quantities = true
+		}
+		parent = t
+	}
+	if !quantities || path == nil {
+		return ""
+	}
+	return path.String()
+}
+
+// keyed: t is a key of a map of quantities, such as a capacity's name.
+func keyed(parent, t string) bool {
+	switch strings.ToLower(parent) {
+	case "capacity":
+		return !strings.EqualFold(t, "requests")
+	case "requests", "consumedcapacity", "counters":
+		return true
+	}
+	return false
+}
+
+func isIndex(t string) bool {
+	_, err := strconv.Atoi(t)
+	return err == nil && t != "" && t[0] != '-' && t[0] != '+'
+}
