@@ -3,8 +3,10 @@ package quantity
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // CheckJSON finds, before a decoder hands them to resource.ParseQuantity, the quantities of a
@@ -44,6 +46,33 @@ func CheckJSON(doc []byte, field func(jsontext.Pointer) string) error {
 			return fmt.Errorf("%s: %q: %w", at, shorten(string(s)), check(s))
 		}
 	}
+}
+
+// FieldPath renders p as a field path: tokens that isKey (nil: none) says are keys of a map as
+// [key], array indexes as [i], names as .name.
+func FieldPath(p jsontext.Pointer, isKey func(parent, token string) bool) *field.Path {
+	var path *field.Path
+	parent := ""
+	for t := range p.Tokens() {
+		switch {
+		case path == nil:
+			path = field.NewPath(t)
+		case isKey != nil && isKey(parent, t):
+			path = path.Key(t)
+		case isIndex(t):
+			n, _ := strconv.Atoi(t)
+			path = path.Index(n)
+		default:
+			path = path.Child(t)
+		}
+		parent = t
+	}
+	return path
+}
+
+func isIndex(t string) bool {
+	_, err := strconv.Atoi(t)
+	return err == nil && t[0] != '-' && t[0] != '+'
 }
 
 // isName: the next token of dec is an object member's name, not a value.

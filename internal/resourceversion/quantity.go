@@ -2,11 +2,9 @@ package resourceversion
 
 import (
 	"bytes"
-	"strconv"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/quantity"
@@ -31,32 +29,19 @@ func checkQuantities(doc []byte) ([]byte, error) {
 // quantities (a capacity, capacity request, consumed capacity, counter or request policy), and ""
 // elsewhere (metadata and a driver's opaque parameters hold text of any shape).
 func quantityField(p jsontext.Pointer) string {
-	var path *field.Path
-	quantities, parent := false, ""
+	quantities := false
 	for t := range p.Tokens() {
-		switch {
-		case path == nil:
-			path = field.NewPath(t)
-		case keyed(parent, t):
-			path = path.Key(t)
-		case isIndex(t):
-			n, _ := strconv.Atoi(t)
-			path = path.Index(n)
-		default:
-			path = path.Child(t)
-		}
 		switch strings.ToLower(t) {
 		case "metadata", "parameters":
 			return ""
 		case "capacity", "consumedcapacity", "counters", "requestpolicy":
 			quantities = true
 		}
-		parent = t
 	}
-	if !quantities || path == nil {
+	if !quantities {
 		return ""
 	}
-	return path.String()
+	return quantity.FieldPath(p, keyed).String()
 }
 
 // keyed: t is a key of a map of quantities, such as a capacity's name.
@@ -68,9 +53,4 @@ func keyed(parent, t string) bool {
 		return true
 	}
 	return false
-}
-
-func isIndex(t string) bool {
-	_, err := strconv.Atoi(t)
-	return err == nil && t != "" && t[0] != '-' && t[0] != '+'
 }
