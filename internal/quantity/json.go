@@ -3,6 +3,7 @@ package quantity
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -45,6 +46,23 @@ func CheckJSON(doc []byte, field func(jsontext.Pointer) string) error {
 		if at := field(dec.StackPointer()); at != "" {
 			return fmt.Errorf("%s: %q: %w", at, shorten(string(s)), check(s))
 		}
+	}
+}
+
+// InMaps is a field function for CheckJSON: values in a map named one of maps (such as a
+// container's "limits" or a node's "capacity"), anywhere outside metadata, are quantities.
+func InMaps(maps ...string) func(jsontext.Pointer) string {
+	isMap := func(t string) bool { return slices.Contains(maps, t) }
+	return func(p jsontext.Pointer) string {
+		if !isMap(p.Parent().LastToken()) {
+			return ""
+		}
+		for t := range p.Tokens() {
+			if t == "metadata" {
+				return ""
+			}
+		}
+		return FieldPath(p, func(parent, _ string) bool { return isMap(parent) }).String()
 	}
 }
 
