@@ -78,69 +78,26 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("create clientset: %w", err)
 	}
-	// A device plugin's resource of the same name as a class's: kept of each Node, so that a pod
-	// is never given GPUs twice.
-	var advertised []corev1.ResourceName
-	for _, c := range o.DeviceClasses {
-		if c.ExtendedResourceName != "" {
-			advertised = append(advertised, c.ExtendedResourceName)
-		}
+	h, err := newHandlers(cs, o, invCfg)
+	if err != nil {
+		return err
 	}
-	var validator *claimvalidation.Validator
-	informers := inventory.NewInformers(cs, o.Resync, func() { validator.Invalidate() }, advertised...)
-	claims := inventory.NewClaims(cs, o.Resync, func() { validator.InvalidateClaims() })
-	features := servedfeatures.New(cs, o.Namespace,
-		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
-		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
-		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
-		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
-		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"))
-	validator = claimvalidation.New(o.DriverName, invCfg, o.Deny, informers, feasibility.WithServed(features), feasibility.WithClaims(claims))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		informers.Start(ctx)
-		claims.Start(ctx)
-		// Find out what the API server serves now rather than at the first request that needs it,
-		// and say so in the log once.
-		features.Warm(ctx)
-		if cache.WaitForCacheSync(ctx.Done(), informers.HasSynced) {
-			features.ExtendedResources(ctx, informers.DeviceClasses())
-		}
-		if cache.WaitForCacheSync(ctx.Done(), informers.HasSynced, claims.HasSynced) {
-			// The initial lists are the process's peak (pages decoded next to what the caches
-			// keep): hand that back to the OS now rather than when the scavenger gets to it,
-			// so that the footprint a node sees is what the caches hold.
-			debug.FreeOSMemory()
-		}
-		<-ctx.Done()
+		h.run(ctx)
 		return nil
 	})); err != nil {
 		return fmt.Errorf("add informers: %w", err)
 	}
-	c := &cluster{informers: informers, features: features, cs: cs, shared: validator}
-
-	templates := podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		templates.Run(ctx)
+		h.templates.Run(ctx)
 		return nil
 	})); err != nil {
 		return fmt.Errorf("add managed template informer: %w", err)
 	}
-	injector, err := podinject.NewHandler(templates,
-		podinject.WithDriverName(o.DriverName),
-		podinject.WithMaxDevicesPerNode(invCfg.MaxDevicesPerNode()),
-		podinject.WithValidator(validator),
-		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
-		podinject.WithDeviceClasses(o.DeviceClasses...),
-		podinject.WithCluster(c),
-	)
-	if err != nil {
-		return fmt.Errorf("pod injection: %w", err)
-	}
-	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
-	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimvalidation.Handler{Validator: validator}})
-	srv.Register(claimvalidation.AdminAccessPath, &admission.Webhook{Handler: &claimvalidation.AdminAccessHandler{Support: c, Namespaces: c}})
-	srv.Register(podinject.Path, injector)
+	for path, handler := range h.routes() {
+		srv.Register(path, handler)
+	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add healthz: %w", err)
@@ -149,13 +106,13 @@ func Setup(mgr manager.Manager, o *Options) error {
 		return fmt.Errorf("add readyz: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
-		if !informers.HasSynced() {
+		if !h.informers.HasSynced() {
 			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
 		}
-		if !claims.HasSynced() {
+		if !h.claims.HasSynced() {
 			return errors.New("ResourceClaims not listed yet")
 		}
-		if !templates.HasSynced() {
+		if !h.templates.HasSynced() {
 			return errors.New("managed ResourceClaimTemplates not listed yet")
 		}
 		return nil
@@ -163,4 +120,82 @@ func Setup(mgr manager.Manager, o *Options) error {
 		return fmt.Errorf("add readyz: %w", err)
 	}
 	return nil
+}
+
+// handlers are the admission handlers and the informers and probes that feed them.
+type handlers struct {
+	informers *inventory.Informers
+	claims    *inventory.Claims
+	features  *servedfeatures.Detector
+	templates *podinject.APIClient
+	validator *claimvalidation.Validator
+	injector  *podinject.Handler
+	cluster   *cluster
+}
+
+// newHandlers wires the handlers to cs as the webhook serves them; nothing runs until run and
+// templates.Run are called.
+func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config) (*handlers, error) {
+	// A device plugin's resource of the same name as a class's: kept of each Node, so that a pod
+	// is never given GPUs twice.
+	var advertised []corev1.ResourceName
+	for _, c := range o.DeviceClasses {
+		if c.ExtendedResourceName != "" {
+			advertised = append(advertised, c.ExtendedResourceName)
+		}
+	}
+	h := &handlers{}
+	h.informers = inventory.NewInformers(cs, o.Resync, func() { h.validator.Invalidate() }, advertised...)
+	h.claims = inventory.NewClaims(cs, o.Resync, func() { h.validator.InvalidateClaims() })
+	h.features = servedfeatures.New(cs, o.Namespace,
+		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
+		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
+		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
+		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
+		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"))
+	h.validator = claimvalidation.New(o.DriverName, groups, o.Deny, h.informers, feasibility.WithServed(h.features), feasibility.WithClaims(h.claims))
+	h.cluster = &cluster{informers: h.informers, features: h.features, cs: cs, shared: h.validator}
+	h.templates = podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
+	injector, err := podinject.NewHandler(h.templates,
+		podinject.WithDriverName(o.DriverName),
+		podinject.WithMaxDevicesPerNode(groups.MaxDevicesPerNode()),
+		podinject.WithValidator(h.validator),
+		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
+		podinject.WithDeviceClasses(o.DeviceClasses...),
+		podinject.WithCluster(h.cluster),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("pod injection: %w", err)
+	}
+	h.injector = injector
+	h.templates.OnDelete(injector.Forget)
+	return h, nil
+}
+
+// run starts the inventory informers and the feature probes, and returns when ctx ends.
+func (h *handlers) run(ctx context.Context) {
+	h.informers.Start(ctx)
+	h.claims.Start(ctx)
+	// Find out what the API server serves now rather than at the first request that needs it,
+	// and say so in the log once.
+	h.features.Warm(ctx)
+	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced) {
+		h.features.ExtendedResources(ctx, h.informers.DeviceClasses())
+	}
+	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced, h.claims.HasSynced) {
+		// The initial lists are the process's peak (pages decoded next to what the caches
+		// keep): hand that back to the OS now rather than when the scavenger gets to it,
+		// so that the footprint a node sees is what the caches hold.
+		debug.FreeOSMemory()
+	}
+	<-ctx.Done()
+}
+
+// routes are the handlers by the path the webhook serves each at.
+func (h *handlers) routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		ValidateClaimPath:               &admission.Webhook{Handler: &claimvalidation.Handler{Validator: h.validator}},
+		claimvalidation.AdminAccessPath: &admission.Webhook{Handler: &claimvalidation.AdminAccessHandler{Support: h.cluster, Namespaces: h.cluster}},
+		podinject.Path:                  h.injector,
+	}
 }
