@@ -16,9 +16,10 @@ import (
 )
 
 const (
-	// MaxLength bounds the text of a quantity. The largest value a Quantity holds, 2^63-1, has 19
-	// digits and its smallest, 1n, 10 characters; 64 leaves room for any way of writing a real
-	// value (and is the longest string attribute a ResourceSlice may publish).
+	// MaxLength bounds the text of a quantity. Real amounts are written in a few characters
+	// ("80Gi", "9223372036854775807", "0.000000001"); 64 leaves room for any way of writing one
+	// (and is the longest string attribute a ResourceSlice may publish), while the parsing cost
+	// of a long string of digits grows with the square of its length.
 	MaxLength = 64
 	// MaxExponent bounds a decimal exponent (the "e" suffix) either way. A Quantity rounds what
 	// is below 1e-9 up to it and holds at most a few dozen digits a real amount of anything needs,
