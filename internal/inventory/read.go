@@ -71,7 +71,7 @@ func (inv *Objects) add(raw []byte) error {
 		n := &corev1.Node{}
 		// The decoder parses each capacity as written, at a cost only a check before it bounds.
 		if err := quantity.CheckJSON(jsonData, quantity.InMaps("capacity", "allocatable")); err != nil {
-			return fmt.Errorf("Node: %w; write a plain quantity such as 64Gi", err)
+			return fmt.Errorf("decode Node: %w; write a plain quantity such as 64Gi", err)
 		}
 		if err := sigsyaml.UnmarshalStrict(raw, n); err != nil {
 			return fmt.Errorf("decode Node: %w", err)

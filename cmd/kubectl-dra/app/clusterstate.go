@@ -77,7 +77,7 @@ func (s *clusterState) add(raw []byte) error {
 	case gvk == corev1.SchemeGroupVersion.WithKind("Pod"):
 		p := &corev1.Pod{}
 		if err := quantity.CheckJSON(raw, podQuantities); err != nil {
-			return fmt.Errorf("Pod: %w; write a plain quantity such as 10Gi", err)
+			return fmt.Errorf("decode Pod: %w; write a plain quantity such as 10Gi", err)
 		}
 		if err := sigsyaml.UnmarshalStrict(raw, p); err != nil {
 			return fmt.Errorf("decode Pod: %w", err)
