@@ -2,11 +2,12 @@ package quantity
 
 import (
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpu-dra/gpu-dra/internal/allocs"
 )
 
 // parseBudget is what one Parse may allocate, in bytes. Parsing a quantity MaxLength long with an
@@ -73,7 +74,7 @@ func TestParse(t *testing.T) {
 		t.Run(tc.in[:min(len(tc.in), 40)], func(t *testing.T) {
 			var q resource.Quantity
 			var err error
-			allocated := allocatedBy(func() { q, err = Parse(tc.in) })
+			allocated := allocs.Bytes(func() { q, err = Parse(tc.in) })
 			if allocated > parseBudget {
 				t.Errorf("Parse allocated %d bytes, want at most %d", allocated, parseBudget)
 			}
@@ -97,15 +98,6 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// allocatedBy is the bytes fn allocates: deterministic, unlike its duration.
-func allocatedBy(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // FuzzParse: Parse agrees with resource.ParseQuantity on whatever it lets through, and its cost
 // stays within the budget whatever it is given.
 func FuzzParse(f *testing.F) {
@@ -115,7 +107,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		var q resource.Quantity
 		var err error
-		if allocated := allocatedBy(func() { q, err = Parse(s) }); allocated > parseBudget {
+		if allocated := allocs.Bytes(func() { q, err = Parse(s) }); allocated > parseBudget {
 			t.Fatalf("Parse(%.80q) allocated %d bytes, want at most %d", s, allocated, parseBudget)
 		}
 		if Check(s) != nil {

@@ -3,12 +3,12 @@ package resourceversion
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/gpu-dra/gpu-dra/internal/allocs"
 	"github.com/gpu-dra/gpu-dra/internal/quantity"
 )
 
@@ -47,7 +47,7 @@ func TestDecodeCostlyQuantity(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			if allocated := allocatedBy(func() { _, err = Decode([]byte(tc.doc), schema.GroupVersionKind{}) }); allocated > 1<<20+16*uint64(len(tc.doc)) {
+			if allocated := allocs.Bytes(func() { _, err = Decode([]byte(tc.doc), schema.GroupVersionKind{}) }); allocated > 1<<20+16*uint64(len(tc.doc)) {
 				t.Errorf("Decode allocated %d bytes, want at most 1 MiB and 16 bytes per byte of the document (the decoding itself)", allocated)
 			}
 			if tc.want == nil {
@@ -64,12 +64,4 @@ func TestDecodeCostlyQuantity(t *testing.T) {
 			}
 		})
 	}
-}
-
-func allocatedBy(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
+	"github.com/gpu-dra/gpu-dra/internal/allocs"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
@@ -171,15 +171,12 @@ func (r *reviewer) review(path string, body []byte) (*admissionv1.AdmissionRespo
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	r.routes[path].ServeHTTP(w, req)
-	runtime.ReadMemStats(&after)
+	allocated := allocs.Bytes(func() { r.routes[path].ServeHTTP(w, req) })
 	var out admissionv1.AdmissionReview
 	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil {
 		return nil, 0, fmt.Errorf("status %d, answer %.300q: not an AdmissionReview response (%v)", w.Code, w.Body.String(), err)
 	}
-	return out.Response, after.TotalAlloc - before.TotalAlloc, nil
+	return out.Response, allocated, nil
 }
 
 // FuzzReview drives whole pod, claim and template reviews through the webhook's handlers and
