@@ -42,8 +42,7 @@ func init() {
 // apiVersion and kind name, the way the API server does with strict field validation: unknown
 // and duplicate fields are errors. The object is not converted.
 func DecodeStrict(doc []byte) (runtime.Object, schema.GroupVersionKind, error) {
-	doc, err := checkQuantities(doc)
-	if err != nil {
+	if err := checkQuantities(doc); err != nil {
 		return nil, schema.GroupVersionKind{}, err
 	}
 	obj, gvk, err := strict.Decode(doc, nil, nil)
@@ -145,8 +144,7 @@ func Decode(raw []byte, gvk schema.GroupVersionKind) (*Object, error) {
 			}
 		}
 	}
-	raw, err := checkQuantities(raw)
-	if err != nil {
+	if err := checkQuantities(raw); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", describe(gvk), err)
 	}
 	obj, got, err := codecs.UniversalDeserializer().Decode(raw, defaults, nil)

@@ -12,17 +12,17 @@ import (
 
 // checkQuantities refuses a document one of whose quantities resource.ParseQuantity, which the
 // decoder calls on each as written, would parse for seconds or minutes ("1e-5000000" in a claim's
-// capacity request: 10 bytes, a second). YAML is turned into JSON first; the JSON is returned, for
-// the decoder to read instead of doc.
-func checkQuantities(doc []byte) ([]byte, error) {
+// capacity request: 10 bytes, a second). YAML is read as JSON, as the decoder reads it; the
+// decoder still gets doc itself, so that its strict mode sees YAML's duplicate keys.
+func checkQuantities(doc []byte) error {
 	if t := bytes.TrimSpace(doc); len(t) == 0 || t[0] != '{' {
 		j, err := yaml.YAMLToJSON(doc)
 		if err != nil {
-			return doc, nil // the decoder says what is wrong
+			return nil // the decoder says what is wrong
 		}
 		doc = j
 	}
-	return doc, quantity.CheckJSON(doc, quantityField)
+	return quantity.CheckJSON(doc, quantityField)
 }
 
 // quantityField is the field path of the value at p when it is one of the resource.k8s.io
