@@ -10,6 +10,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
+	"github.com/gpu-dra/gpu-dra/internal/quantity"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
@@ -68,6 +69,10 @@ func (inv *Objects) add(raw []byte) error {
 	switch {
 	case gvk == corev1.SchemeGroupVersion.WithKind("Node"):
 		n := &corev1.Node{}
+		// The decoder parses each capacity as written, at a cost only a check before it bounds.
+		if err := quantity.CheckJSON(jsonData, quantity.InMaps("capacity", "allocatable")); err != nil {
+			return fmt.Errorf("decode Node: %w; write a plain quantity such as 64Gi", err)
+		}
 		if err := sigsyaml.UnmarshalStrict(raw, n); err != nil {
 			return fmt.Errorf("decode Node: %w", err)
 		}

@@ -52,6 +52,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	for i := range s.Spec.Devices {
 		d := s.Spec.Devices[i]
 		d.Name = *in.str(d.Name)
+		d.Attributes = withoutCostlyQuantities(d.Attributes)
 		attrs, cloned := d.Attributes, false
 		for n, a := range d.Attributes {
 			if !varying[n] || (a.StringValue == nil && a.VersionValue == nil) {

@@ -270,3 +270,49 @@ func TestTransformSliceOwnAttributes(t *testing.T) {
 		}
 	}
 }
+
+// TestTransformSliceDropsCostlyQuantities: a string attribute that a selector's quantity() would
+// parse for minutes is not kept, whether devices share it or each has its own; every other
+// attribute is, and an honest device's map is not copied.
+func TestTransformSliceDropsCostlyQuantities(t *testing.T) {
+	in := NewInterner()
+	s := nodeSlice(t, "node-a", nodegroups.GroupSpec{Count: 2})
+	honest := s.DeepCopy()
+	s.Spec.Devices[0].Attributes["shared"] = resourceapi.DeviceAttribute{StringValue: ptr.To("1e-99999999")}
+	s.Spec.Devices[1].Attributes["shared"] = resourceapi.DeviceAttribute{StringValue: ptr.To("1e-99999999")}
+	s.Spec.Devices[0].Attributes["own"] = resourceapi.DeviceAttribute{StringValue: ptr.To("1E5000000")}
+	s.Spec.Devices[1].Attributes["own"] = resourceapi.DeviceAttribute{StringValue: ptr.To("5e-5000000")}
+	s.Spec.Devices[1].Attributes["cheap"] = resourceapi.DeviceAttribute{StringValue: ptr.To("E5000")}
+	before := s.DeepCopy()
+	out, err := in.TransformSlice(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !apiequality.Semantic.DeepEqual(s, before) {
+		t.Error("TransformSlice changed its input")
+	}
+	got := out.(*Slice)
+	for i := range got.Spec.Devices {
+		attrs := got.Attributes(i)
+		for _, name := range []resourceapi.QualifiedName{"shared", "own"} {
+			if a, ok := attrs[name]; ok {
+				t.Errorf("device %d keeps %s = %q, a quantity no parse of which is bounded", i, name, ptr.Deref(a.StringValue, ""))
+			}
+			if _, ok := got.Attribute(i, name); ok {
+				t.Errorf("device %d: Attribute finds %s", i, name)
+			}
+		}
+		for name, a := range honest.Spec.Devices[i].Attributes {
+			if !apiequality.Semantic.DeepEqual(attrs[name], a) {
+				t.Errorf("device %d: %s = %+v, want %+v as published", i, name, attrs[name], a)
+			}
+		}
+	}
+	if a := got.Attributes(1)["cheap"]; ptr.Deref(a.StringValue, "") != "E5000" {
+		t.Errorf("device 1: cheap = %+v, want E5000 as published (zero times a power of ten parses at once)", a)
+	}
+	attrs := honest.Spec.Devices[0].Attributes
+	if kept := withoutCostlyQuantities(attrs); mapPointer(kept) != mapPointer(attrs) {
+		t.Error("an honest device's attributes were copied")
+	}
+}

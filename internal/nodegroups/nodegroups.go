@@ -7,16 +7,27 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/quantity"
 )
 
 // DefaultGroupDescription says what a node has when no node-groups file is given (the flags' help
 // texts of every binary that reads one).
 var DefaultGroupDescription = fmt.Sprintf("%d GPUs per node", deviceschema.DefaultCount)
+
+// configField places a value of the config for a message; every value but a node selector's
+// (label values are not parsed) may be a quantity.
+func configField(p jsontext.Pointer) string {
+	if p.Parent().LastToken() == "nodeSelector" {
+		return ""
+	}
+	return quantity.FieldPath(p, func(parent, _ string) bool { return parent == "nodeSelector" }).String()
+}
 
 // GroupSpec is what each node of a group has.
 type GroupSpec struct {
@@ -60,6 +71,14 @@ func LoadConfig(path string) (*Config, error) {
 // ParseConfig reads and validates the content of a Config file.
 func ParseConfig(data []byte) (*Config, error) {
 	cfg := &Config{}
+	doc, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	// The decoder parses each quantity as written, at a cost no later check bounds.
+	if err := quantity.CheckJSON(doc, configField); err != nil {
+		return nil, fmt.Errorf("%w; write a plain quantity such as 80Gi", err)
+	}
 	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
 		return nil, err
 	}

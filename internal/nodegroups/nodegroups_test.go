@@ -2,6 +2,7 @@ package nodegroups
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
@@ -44,5 +45,29 @@ func TestLoadConfigErrors(t *testing.T) {
 		if _, err := LoadConfig(name); err == nil || !regexp.MustCompile(want).MatchString(err.Error()) {
 			t.Errorf("LoadConfig(%s) = %v, want %q", name, err, want)
 		}
+	}
+}
+
+// TestParseConfigCostlyQuantity: a quantity the decoder would parse for seconds is refused
+// before it does, naming the field; a node selector may hold the same text.
+func TestParseConfigCostlyQuantity(t *testing.T) {
+	for _, tc := range []struct{ name, config, want string }{
+		{"defaults memory", `defaults: {memory: "1e-5000000"}`, `defaults.memory: "1e-5000000": exponent out of range`},
+		{"group memory", "nodeGroups:\n- name: big\n  nodeSelector: {size: \"1e-5000000\"}\n  memory: \"1e-99999999\"\n", `nodeGroups[0].memory: "1e-99999999": exponent out of range`},
+		{"sharing step", "defaults:\n  sharing: {mode: shared-memory, memory: {step: \"1E+5000000\"}}\n", `defaults.sharing.memory.step: "1E+5000000": exponent out of range`},
+		{"selector only", "nodeGroups:\n- name: big\n  nodeSelector: {size: \"1e-5000000\"}\n  memory: 40Gi\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.config))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("ParseConfig: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "80Gi") {
+				t.Fatalf("ParseConfig: %v; want %q and the fix", err, tc.want)
+			}
+		})
 	}
 }

@@ -42,6 +42,9 @@ func init() {
 // apiVersion and kind name, the way the API server does with strict field validation: unknown
 // and duplicate fields are errors. The object is not converted.
 func DecodeStrict(doc []byte) (runtime.Object, schema.GroupVersionKind, error) {
+	if err := checkQuantities(doc); err != nil {
+		return nil, schema.GroupVersionKind{}, err
+	}
 	obj, gvk, err := strict.Decode(doc, nil, nil)
 	if err != nil {
 		var empty schema.GroupVersionKind
@@ -140,6 +143,9 @@ func Decode(raw []byte, gvk schema.GroupVersionKind) (*Object, error) {
 				return nil, fmt.Errorf("decode: %s is not a ResourceClaim or ResourceClaimTemplate of resource.k8s.io v1beta1, v1beta2 or v1", describe(got))
 			}
 		}
+	}
+	if err := checkQuantities(raw); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", describe(gvk), err)
 	}
 	obj, got, err := codecs.UniversalDeserializer().Decode(raw, defaults, nil)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/quantity"
 )
 
 // Request is what a pod's annotations ask for.
@@ -71,10 +72,12 @@ func (o options) parseRequest(annotations map[string]string) (Request, field.Err
 
 	key = o.annotation(annMemory)
 	if value, ok := annotations[key]; ok {
-		q, err := resource.ParseQuantity(strings.TrimSpace(value))
+		q, err := quantity.Parse(strings.TrimSpace(value))
 		switch {
-		case err != nil:
+		case errors.Is(err, quantity.ErrSyntax):
 			errs = append(errs, invalid(key, value, "not a quantity; use the least memory per GPU, e.g. 40Gi"))
+		case err != nil:
+			errs = append(errs, invalid(key, value, err.Error()+"; write a plain quantity of the least memory per GPU, e.g. 40Gi"))
 		case q.Sign() <= 0:
 			errs = append(errs, invalid(key, value, "must be positive; use the least memory per GPU, e.g. 40Gi"))
 		default:

@@ -2,6 +2,7 @@ package podinject
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,11 +11,12 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gpu-dra/gpu-dra/internal/quantity"
 )
 
 // Cluster is what the handler needs to know about the cluster besides the pod.
@@ -126,10 +128,12 @@ func (o options) extendedCount(path *field.Path, c containerView, name corev1.Re
 		return 0, field.Invalid(path.Child("resources", "requests").Key(string(name)), shorten(request.value),
 			fmt.Sprintf("differs from the limit %s; GPUs are counted, not shared: set the limit only", shorten(limit.value)))
 	}
-	q, err := resource.ParseQuantity(strings.TrimSpace(e.value))
+	q, err := quantity.Parse(strings.TrimSpace(e.value))
 	switch {
-	case !e.quantity || err != nil:
+	case !e.quantity || errors.Is(err, quantity.ErrSyntax):
 		return 0, field.Invalid(at, shorten(e.value), "not a number of GPUs; "+use)
+	case err != nil:
+		return 0, field.Invalid(at, shorten(e.value), err.Error()+"; "+use)
 	case q.Sign() < 0:
 		return 0, field.Invalid(at, shorten(e.value), "negative; "+use)
 	case q.Sign() == 0:

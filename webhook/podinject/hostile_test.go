@@ -17,6 +17,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/internal/allocs"
 )
 
 // hostilePod is the pod of issue 15: 18 KB of JSON, 100 app containers with long names and a
@@ -87,11 +89,7 @@ func TestHostileReviewCost(t *testing.T) {
 func bytesPerRun(runs int, f func()) uint64 {
 	var least uint64
 	for i := range runs {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		f()
-		runtime.ReadMemStats(&after)
-		if n := after.TotalAlloc - before.TotalAlloc; i == 0 || n < least {
+		if n := allocs.Bytes(f); i == 0 || n < least {
 			least = n
 		}
 	}

@@ -363,6 +363,8 @@ func (e *env) testDenied(t *testing.T) {
 		{map[string]string{"gpu.example.com/count": "-1"}, `metadata.annotations[gpu.example.com/count]: Invalid value: "-1": negative; use 1..8`},
 		{map[string]string{"gpu.example.com/count": "10"}, `metadata.annotations[gpu.example.com/count]: Invalid value: "10": more than any node of driver gpu.example.com has (8); use 1..8`},
 		{map[string]string{"gpu.example.com/count": "1", "gpu.example.com/memory": "lots"}, `metadata.annotations[gpu.example.com/memory]: Invalid value: "lots": not a quantity; use the least memory per GPU, e.g. 40Gi`},
+		// 10 bytes that resource.ParseQuantity parses for a second: refused before it runs.
+		{map[string]string{"gpu.example.com/count": "1", "gpu.example.com/memory": "1e-5000000"}, `metadata.annotations[gpu.example.com/memory]: Invalid value: "1e-5000000": exponent out of range (at most e100 or e-100); write a plain quantity of the least memory per GPU, e.g. 40Gi`},
 		{map[string]string{"gpu.example.com/count": "1", "gpu.example.com/containers": "trainer"}, `metadata.annotations[gpu.example.com/containers]: Invalid value: "trainer": no container "trainer" in this pod; its containers are: app`},
 	} {
 		_, err := e.cs.CoreV1().Pods(ns).Create(context.Background(), gpuPod("bad", tc.annotations, "app"), metav1.CreateOptions{})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
-	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -79,50 +78,64 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("create clientset: %w", err)
 	}
-	a := newAnalysis(cs, o, groups)
-	if err := mgr.Add(manager.RunnableFunc(a.run)); err != nil {
+	h, err := newHandlers(cs, o, groups)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		h.run(ctx)
+		return nil
+	})); err != nil {
 		return fmt.Errorf("add informers: %w", err)
 	}
-	c := &cluster{informers: a.informers, features: a.features, cs: cs, shared: a.validator}
-	templates := podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		templates.Run(ctx)
+		h.templates.Run(ctx)
 		return nil
 	})); err != nil {
 		return fmt.Errorf("add managed template informer: %w", err)
 	}
-	injector, err := podinject.NewHandler(templates,
-		podinject.WithDriverName(o.DriverName),
-		podinject.WithMaxDevicesPerNode(groups.MaxDevicesPerNode()),
-		podinject.WithValidator(a.validator),
-		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
-		podinject.WithDeviceClasses(o.DeviceClasses...),
-		podinject.WithCluster(c),
-	)
-	if err != nil {
-		return fmt.Errorf("pod injection: %w", err)
-	}
-	templates.OnDelete(injector.Forget)
 	srv := mgr.GetWebhookServer()
-	srv.Register(ValidateClaimPath, &admission.Webhook{Handler: &claimadmission.Handler{Validator: a.validator}})
-	srv.Register(claimadmission.AdminAccessPath, &admission.Webhook{Handler: &claimadmission.AdminAccessHandler{Support: c, Namespaces: c}})
-	srv.Register(podinject.Path, injector)
-	return addChecks(mgr, srv.StartedChecker(), a, templates)
+	for path, handler := range h.routes() {
+		srv.Register(path, handler)
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+		return fmt.Errorf("add readyz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
+		if !h.informers.HasSynced() {
+			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
+		}
+		if !h.claims.HasSynced() {
+			return errors.New("ResourceClaims not listed yet")
+		}
+		if !h.templates.HasSynced() {
+			return errors.New("managed ResourceClaimTemplates not listed yet")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add readyz: %w", err)
+	}
+	return nil
 }
 
-// analysis is the claim validator and the caches it judges against: the published devices, the
-// claims' allocations and what the API server serves.
-type analysis struct {
+// handlers are the admission handlers and the informers and probes that feed them.
+type handlers struct {
 	informers *inventory.Informers
 	claims    *inventory.Claims
 	features  *servedfeatures.Detector
+	templates *podinject.APIClient
 	validator *claimvalidation.Validator
+	injector  *podinject.Handler
+	cluster   *cluster
 }
 
-// newAnalysis makes the caches, then the validator that reads them. The caches' change callbacks
-// reach the validator through a pointer set once it exists: a change before then has no view to
-// invalidate.
-func newAnalysis(cs kubernetes.Interface, o *Options, groups *nodegroups.Config) *analysis {
+// newHandlers wires the handlers to cs as the webhook serves them; nothing runs until run and
+// templates.Run are called.
+func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config) (*handlers, error) {
 	// A device plugin's resource of the same name as a class's: kept of each Node, so that a pod
 	// is never given GPUs twice.
 	var advertised []corev1.ResourceName
@@ -131,72 +144,60 @@ func newAnalysis(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 			advertised = append(advertised, c.ExtendedResourceName)
 		}
 	}
-	var validator atomic.Pointer[claimvalidation.Validator]
-	a := &analysis{
-		informers: inventory.NewInformers(cs, o.Resync, func() {
-			if v := validator.Load(); v != nil {
-				v.Invalidate()
-			}
-		}, advertised...),
-		claims: inventory.NewClaims(cs, o.Resync, func() {
-			if v := validator.Load(); v != nil {
-				v.InvalidateClaims()
-			}
-		}),
-		features: servedfeatures.New(cs, o.Namespace,
-			servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
-			servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
-			servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
-			servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
-			servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters")),
+	// The caches' change callbacks read h.validator when they run; nothing runs before run is
+	// called, by when it is set.
+	h := &handlers{}
+	h.informers = inventory.NewInformers(cs, o.Resync, func() { h.validator.Invalidate() }, advertised...)
+	h.claims = inventory.NewClaims(cs, o.Resync, func() { h.validator.InvalidateClaims() })
+	h.features = servedfeatures.New(cs, o.Namespace,
+		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
+		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
+		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
+		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
+		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"))
+	h.validator = claimvalidation.New(o.DriverName, groups, o.Deny, h.informers, claimvalidation.WithServed(h.features), claimvalidation.WithClaims(h.claims))
+	h.cluster = &cluster{informers: h.informers, features: h.features, cs: cs, shared: h.validator}
+	h.templates = podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
+	injector, err := podinject.NewHandler(h.templates,
+		podinject.WithDriverName(o.DriverName),
+		podinject.WithMaxDevicesPerNode(groups.MaxDevicesPerNode()),
+		podinject.WithValidator(h.validator),
+		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
+		podinject.WithDeviceClasses(o.DeviceClasses...),
+		podinject.WithCluster(h.cluster),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("pod injection: %w", err)
 	}
-	a.validator = claimvalidation.New(o.DriverName, groups, o.Deny, a.informers, claimvalidation.WithServed(a.features), claimvalidation.WithClaims(a.claims))
-	validator.Store(a.validator)
-	return a
+	h.injector = injector
+	h.templates.OnDelete(injector.Forget)
+	return h, nil
 }
 
-// run starts the caches and learns what the API server serves, then waits for ctx to end.
-func (a *analysis) run(ctx context.Context) error {
-	a.informers.Start(ctx)
-	a.claims.Start(ctx)
+// run starts the inventory informers and the feature probes, and returns when ctx ends.
+func (h *handlers) run(ctx context.Context) {
+	h.informers.Start(ctx)
+	h.claims.Start(ctx)
 	// Find out what the API server serves now rather than at the first request that needs it,
 	// and say so in the log once.
-	a.features.Warm(ctx)
-	if cache.WaitForCacheSync(ctx.Done(), a.informers.HasSynced) {
-		a.features.ExtendedResources(ctx, a.informers.DeviceClasses())
+	h.features.Warm(ctx)
+	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced) {
+		h.features.ExtendedResources(ctx, h.informers.DeviceClasses())
 	}
-	if cache.WaitForCacheSync(ctx.Done(), a.informers.HasSynced, a.claims.HasSynced) {
+	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced, h.claims.HasSynced) {
 		// The initial lists are the process's peak (pages decoded next to what the caches
 		// keep): hand that back to the OS now rather than when the scavenger gets to it,
 		// so that the footprint a node sees is what the caches hold.
 		debug.FreeOSMemory()
 	}
 	<-ctx.Done()
-	return nil
 }
 
-// addChecks adds the liveness check and the readiness checks: the webhook server started, and
-// every cache listed.
-func addChecks(mgr manager.Manager, started healthz.Checker, a *analysis, templates *podinject.APIClient) error {
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("add healthz: %w", err)
+// routes are the handlers by the path the webhook serves each at.
+func (h *handlers) routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		ValidateClaimPath:              &admission.Webhook{Handler: &claimadmission.Handler{Validator: h.validator}},
+		claimadmission.AdminAccessPath: &admission.Webhook{Handler: &claimadmission.AdminAccessHandler{Support: h.cluster, Namespaces: h.cluster}},
+		podinject.Path:                 h.injector,
 	}
-	if err := mgr.AddReadyzCheck("webhook", started); err != nil {
-		return fmt.Errorf("add readyz: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
-		if !a.informers.HasSynced() {
-			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
-		}
-		if !a.claims.HasSynced() {
-			return errors.New("ResourceClaims not listed yet")
-		}
-		if !templates.HasSynced() {
-			return errors.New("managed ResourceClaimTemplates not listed yet")
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("add readyz: %w", err)
-	}
-	return nil
 }

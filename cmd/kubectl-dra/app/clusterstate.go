@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
+	"github.com/gpu-dra/gpu-dra/internal/quantity"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
@@ -75,6 +76,9 @@ func (s *clusterState) add(raw []byte) error {
 		}
 	case gvk == corev1.SchemeGroupVersion.WithKind("Pod"):
 		p := &corev1.Pod{}
+		if err := quantity.CheckJSON(raw, podQuantities); err != nil {
+			return fmt.Errorf("decode Pod: %w; write a plain quantity such as 10Gi", err)
+		}
 		if err := sigsyaml.UnmarshalStrict(raw, p); err != nil {
 			return fmt.Errorf("decode Pod: %w", err)
 		}
@@ -110,6 +114,10 @@ func (s *clusterState) add(raw []byte) error {
 }
 
 const kindDeviceTaintRule = "DeviceTaintRule"
+
+// podQuantities are where a Pod holds quantities: its containers' and its own resources, and its
+// overhead. The decoder parses each as written, at a cost only a check before it bounds.
+var podQuantities = quantity.InMaps("limits", "requests", "overhead")
 
 // decodeTaintRule reads a DeviceTaintRule of v1, v1beta2 (converted by the conversions
 // k8s.io/dynamic-resource-allocation registers) or v1alpha3 (1.33–1.35), which no library converts.

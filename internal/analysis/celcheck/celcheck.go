@@ -113,6 +113,9 @@ func (c *Checker) analyze(expr string) *Analysis {
 	}
 	w := &walker{c: c, ast: ast.NativeRep(), an: &Analysis{}, aliases: map[string]domainRef{}, seen: map[string]bool{}}
 	w.walk(w.ast.Expr())
+	if w.refused != "" {
+		return &Analysis{CompileError: w.refused}
+	}
 	return w.an
 }
 

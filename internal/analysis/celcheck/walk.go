@@ -31,6 +31,8 @@ type walker struct {
 	// aliases are variables bound to a domain map, e.g. by cel.bind(gpu, device.attributes["d"], ...).
 	aliases map[string]domainRef
 	seen    map[string]bool
+	// refused, when set, is why the expression must not run (see checkQuantity).
+	refused string
 }
 
 func stringLiteral(e celast.Expr) (string, bool) {
@@ -221,6 +223,7 @@ func (w *walker) walkCall(e celast.Expr) {
 	call := e.AsCall()
 	fn := call.FunctionName()
 	args := call.Args()
+	w.checkQuantity(call)
 	switch {
 	case fn == "@in" && len(args) == 2:
 		// "name" in device.attributes["d"] tests presence of one attribute.
