@@ -168,7 +168,7 @@ func TestCheckpointV1Upgrade(t *testing.T) {
 		}
 	}
 
-	before, err := h.driver.PreparedClaims()
+	before, err := h.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestCheckpointV1Upgrade(t *testing.T) {
 	if !bytes.HasPrefix(raw, []byte(`{"version":"gpu.example.com/checkpoint/v2"`)) {
 		t.Errorf("checkpoint after a save is not in the current format: %.60s", raw)
 	}
-	after, err := h.driver.PreparedClaims()
+	after, err := h.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +194,14 @@ func TestCheckpointV1Upgrade(t *testing.T) {
 // A checkpoint lost right after the upgrade: the v1 specs carry no entry, and the state rebuilt
 // from them means what the v1 checkpoint meant.
 func TestCheckpointV1RecoverFromSpecs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
 	want := upgradedNode(t, readV1Checkpoint(t))
-	wantClaims, err := want.driver.PreparedClaims()
+	wantClaims, err := want.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	h := upgradedNode(t, nil)
-	_, ctx := ktesting.NewTestContext(t)
 	res, err := h.driver.Reconcile(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +209,7 @@ func TestCheckpointV1RecoverFromSpecs(t *testing.T) {
 	if res.Corrupt == nil || len(res.Recovered) != 3 {
 		t.Fatalf("reconcile = %+v, want 3 claims recovered from a corrupt checkpoint", res)
 	}
-	got, err := h.driver.PreparedClaims()
+	got, err := h.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
