@@ -68,14 +68,7 @@ func checkLabelledTemplatesCostNothing(t *testing.T, cs kubernetes.Interface, ns
 		t.Fatal(err)
 	}
 	// An impostor under a managed name, as large as the others.
-	o, err := newOptions(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantImpostor, err := o.template(ns, Request{Count: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wantImpostor := templateFor(t, ns, 3)
 	impostor := labelledTemplate(ns, wantImpostor.Name, size)
 	if _, err := templates.Create(ctx, impostor, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -126,10 +119,7 @@ func checkLabelledTemplatesCostNothing(t *testing.T, cs kubernetes.Interface, ns
 	if err := c.EnsureTemplate(ctx, wantImpostor); !errors.As(err, &refused) {
 		t.Errorf("impostor under a managed name: %v, want it refused", err)
 	}
-	missing, err := o.template(ns, Request{Count: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	missing := templateFor(t, ns, 4)
 	if err := c.EnsureTemplate(ctx, missing); err != nil {
 		t.Errorf("missing managed template: %v", err)
 	}
@@ -175,10 +165,6 @@ func decodingClientset() *fake.Clientset {
 // have made.
 func TestListDigestsInPages(t *testing.T) {
 	const total = 2*templatePageSize + 3
-	o, err := newOptions(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var all []resourceapi.ResourceClaimTemplate
 	var want []string
 	for i := range total {
@@ -186,10 +172,7 @@ func TestListDigestsInPages(t *testing.T) {
 			all = append(all, *labelledTemplate("ns", fmt.Sprintf("other-%d", i), 64<<10))
 			continue
 		}
-		tmpl, err := o.template("ns", Request{Count: i})
-		if err != nil {
-			t.Fatal(err)
-		}
+		tmpl := templateFor(t, "ns", i)
 		all = append(all, *tmpl)
 		want = append(want, tmpl.Name)
 	}
