@@ -72,9 +72,12 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Reason }
 
-// Store reads and writes one checkpoint file. It is not safe for concurrent use; the kubelet plugin
-// helper serializes prepare and unprepare (across instances, with a file lock, during rolling
-// updates), and each call loads the file fresh, so two instances never work on stale state.
+// Store reads and writes one checkpoint file. It is not safe for concurrent use: its user holds
+// one lock around every Load and Save, also the reads outside prepare and unprepare (the plugin's
+// health path), since the Load that finds the file damaged moves it aside and only that caller can
+// rebuild it. The kubelet plugin helper serializes prepare and unprepare (across instances, with a
+// file lock, during rolling updates), and each call loads the file fresh, so two instances never
+// work on stale state.
 type Store struct {
 	path   string
 	now    func() time.Time

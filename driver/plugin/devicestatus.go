@@ -47,8 +47,7 @@ func (d *Driver) statusDevices(c checkpoint.PreparedClaim) []devicestatus.Device
 // ResyncStatus queues every prepared claim for its status: a write lost when an earlier instance
 // stopped is made now, and one already made is not repeated.
 func (d *Driver) ResyncStatus(ctx context.Context) error {
-	// Read only: Reconcile just settled the checkpoint, and this needs no lock.
-	claims, err := d.PreparedClaims()
+	claims, err := d.PreparedClaims(ctx)
 	if err != nil {
 		return fmt.Errorf("resync claim status: %w", err)
 	}

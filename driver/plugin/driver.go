@@ -35,7 +35,11 @@ type DeviceSource interface {
 type Driver struct {
 	driverName string
 	poolName   string
-	mutex      sync.RWMutex
+	// stateMu serializes every use of the checkpoint store in this process (the store is not safe
+	// for concurrent use): the kubelet's calls, which the helper serializes among themselves, and
+	// the reads of the health path and the status resync, which it knows nothing of. See lockState.
+	stateMu sync.Mutex
+	mutex   sync.RWMutex
 	// inventory is what the node publishes, replaced when it changes: which devices it accepts
 	// allocations for and what they may hold together.
 	inventory *inventory
@@ -147,6 +151,9 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	logger := klog.FromContext(ctx)
 	start := time.Now()
+	// The helper holds the serialization file lock, if it uses one: only the process's own lock.
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
 	data, err := d.loadCheckpoint(ctx)
 	if err != nil {
 		return nil, err
@@ -239,6 +246,8 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	}
 	logger := klog.FromContext(ctx)
 	start := time.Now()
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
 	data, err := d.loadCheckpoint(ctx)
 	if err != nil {
 		return nil, err
@@ -270,8 +279,8 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 }
 
 // loadCheckpoint is what is prepared, rebuilt first if the checkpoint turned out corrupt
-// (loadState). loadState and saveCheckpoint count failures in the errors metric, so an alert sees
-// a failing disk before the kubelet's retries do.
+// (loadState); d.stateMu must be held. loadState and saveCheckpoint count failures in the errors
+// metric, so an alert sees a failing disk before the kubelet's retries do.
 func (d *Driver) loadCheckpoint(ctx context.Context) (*checkpoint.Data, error) {
 	data, _, err := d.loadState(ctx)
 	if err != nil {

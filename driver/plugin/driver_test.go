@@ -166,7 +166,7 @@ func TestPrepareConfigs(t *testing.T) {
 				if h.cdi.Exists(tc.claim.UID) {
 					t.Error("failed prepare left a CDI spec")
 				}
-				if prepared, _ := h.driver.PreparedClaims(); len(prepared) != 0 {
+				if prepared, _ := h.driver.PreparedClaims(ctx); len(prepared) != 0 {
 					t.Error("failed prepare left a checkpoint entry")
 				}
 				return
@@ -241,7 +241,7 @@ func TestPrepareIdempotent(t *testing.T) {
 	if h.cdi.Exists(c.UID) {
 		t.Error("spec left after unprepare")
 	}
-	if prepared, _ := h.driver.PreparedClaims(); len(prepared) != 0 {
+	if prepared, _ := h.driver.PreparedClaims(ctx); len(prepared) != 0 {
 		t.Errorf("checkpoint still holds %v", prepared)
 	}
 }

@@ -124,7 +124,7 @@ func (d *Driver) NotifyPods(ctx context.Context, claims ClaimGetter, recorder Ev
 	// The tracker's next change waits for this one: bound the claim reads.
 	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
 	defer cancel()
-	prepared, err := d.PreparedClaims()
+	prepared, err := d.PreparedClaims(ctx)
 	if err != nil {
 		logger.Error(err, "No pod Events for changed device health: the checkpoint is unreadable")
 		return

@@ -64,7 +64,7 @@ type StaleMetadata struct {
 // Call it after Reconcile, which settles what is prepared. Files of prepared claims stay: the
 // kubelet prepares them again after its own restart, and the helper rewrites them then.
 func (d *Driver) RemoveStaleMetadata(ctx context.Context, loc MetadataLocation) (*StaleMetadata, error) {
-	unlock, err := lock(filepath.Join(filepath.Dir(d.store.Path()), LockFileName))
+	unlock, err := d.lockState()
 	if err != nil {
 		return nil, err
 	}

@@ -167,7 +167,8 @@ func TestCorruptCheckpointWhileServing(t *testing.T) {
 // checkPrepared says that exactly want is prepared: checkpoint entries and CDI specs alike.
 func checkPrepared(t *testing.T, h *harness, want []types.UID) {
 	t.Helper()
-	got, err := h.driver.PreparedClaims()
+	_, ctx := ktesting.NewTestContext(t)
+	got, err := h.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

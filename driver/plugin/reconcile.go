@@ -60,7 +60,7 @@ type ReconcileResult struct {
 // running pod because the API server was briefly unreachable would be worse than a late cleanup.
 func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileResult, error) {
 	logger := klog.FromContext(ctx)
-	unlock, err := lock(filepath.Join(filepath.Dir(d.store.Path()), LockFileName))
+	unlock, err := d.lockState()
 	if err != nil {
 		return nil, err
 	}
@@ -182,8 +182,9 @@ type rebuilt struct {
 // Until that rebuild is saved, what is prepared is unknown, and nothing may be answered: a lost
 // checkpoint taken for an empty one lets a second claim have a GPU that a running container holds,
 // and makes every spec prepared before it look like an orphan on the next start. It is the one path
-// from unknown to known state, at start (Reconcile) and whenever a prepare or unprepare finds the
-// checkpoint damaged; callers hold the serialization lock.
+// from unknown to known state, at start (Reconcile) and whenever any read (a prepare, an unprepare,
+// the health path) finds the checkpoint damaged; callers hold d.stateMu, and the serialization file
+// lock where the helper uses one (lockState).
 func (d *Driver) loadState(ctx context.Context) (*checkpoint.Data, *rebuilt, error) {
 	data, err := d.store.Load()
 	if err == nil {
@@ -221,6 +222,24 @@ func (d *Driver) loadState(ctx context.Context) (*checkpoint.Data, *rebuilt, err
 	return data, r, nil
 }
 
+// lockState takes the serialization file lock, which the helper holds during each prepare and
+// unprepare when it serializes across instances (rolling update), and then d.stateMu, which
+// serializes this process whichever lock the helper uses: for every path that uses the checkpoint
+// but is not a call from the kubelet. Prepare and unprepare take only d.stateMu (the helper already
+// holds the file lock, and a second lock of it would wait for itself); the order, file lock first,
+// is theirs too.
+func (d *Driver) lockState() (func(), error) {
+	unlock, err := lock(filepath.Join(filepath.Dir(d.store.Path()), LockFileName))
+	if err != nil {
+		return nil, err
+	}
+	d.stateMu.Lock()
+	return func() {
+		d.stateMu.Unlock()
+		unlock()
+	}, nil
+}
+
 func lock(path string) (func(), error) {
 	f, err := fileutil.LockFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -229,9 +248,18 @@ func lock(path string) (func(), error) {
 	return func() { _ = f.Close() }, nil
 }
 
-// PreparedClaims lists the checkpoint's entries (for tests and diagnostics).
-func (d *Driver) PreparedClaims() (map[types.UID]checkpoint.PreparedClaim, error) {
-	data, err := d.store.Load()
+// PreparedClaims lists what is prepared, for the health path, the status resync and diagnostics:
+// under the same locks as a kubelet call, and rebuilt from the CDI specs if this read is the one
+// that finds the checkpoint damaged. A read that only reported the damage would leave the next
+// prepare an empty checkpoint: a running claim's GPU given to another claim, and its CDI spec
+// removed as an orphan at the next start.
+func (d *Driver) PreparedClaims(ctx context.Context) (map[types.UID]checkpoint.PreparedClaim, error) {
+	unlock, err := d.lockState()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	data, err := d.loadCheckpoint(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ func TestReconcile(t *testing.T) {
 			h := newHarness(t)
 			_, ctx := ktesting.NewTestContext(t)
 			prepare(t, h, c1, c2, c3)
-			before, _ := h.driver.PreparedClaims()
+			before, _ := h.driver.PreparedClaims(ctx)
 			if tc.damage != nil {
 				tc.damage(t, h)
 			}
@@ -148,7 +148,7 @@ func TestReconcile(t *testing.T) {
 			if !slices.Equal(res.Rebooted, tc.wantRebooted) {
 				t.Errorf("dropped after reboot %v, want %v", res.Rebooted, tc.wantRebooted)
 			}
-			after, err := h.driver.PreparedClaims()
+			after, err := h.driver.PreparedClaims(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -168,7 +168,7 @@ func rebuildFromSpecs(t *testing.T, h *harness, spec nodegroups.GroupSpec, claim
 	if _, err := h.driver.PrepareResourceClaims(ctx, claims); err != nil {
 		t.Fatal(err)
 	}
-	before, err := h.driver.PreparedClaims()
+	before, err := h.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func rebuildFromSpecs(t *testing.T, h *harness, spec nodegroups.GroupSpec, claim
 	if _, err := r.driver.Reconcile(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	after, err := r.driver.PreparedClaims()
+	after, err := r.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,8 @@ func rebuildFromSpecs(t *testing.T, h *harness, spec nodegroups.GroupSpec, claim
 
 func mustEntry(t *testing.T, h *harness, uid types.UID) checkpoint.PreparedClaim {
 	t.Helper()
-	claims, err := h.driver.PreparedClaims()
+	_, ctx := ktesting.NewTestContext(t)
+	claims, err := h.driver.PreparedClaims(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

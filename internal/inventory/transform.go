@@ -120,27 +120,18 @@ func varyingStrings(devices []resourceapi.Device) map[resourceapi.QualifiedName]
 // transformed, 2 MB at 100 slices of 8 GPUs.
 const listPageSize = 100
 
-// listSlices is the slice informer's list: in pages, each transformed as it arrives. A single list
-// (what an informer asks for, served whole from the API server's cache) of 5,000 nodes' slices is
-// 5,000 fully decoded slices next to their transformed copies: the webhook's peak memory at a
-// restart, twice what it keeps. Pages are read at one resourceVersion, the latest: never older than
-// what the informer asked for.
+// listSlices is the slice informer's list: in pages (ListInPages), each transformed as it arrives.
+// At 5,000 nodes a single list would be the webhook's peak memory at a restart, twice what it keeps.
 func (in *Interner) listSlices(ctx context.Context, o metav1.ListOptions, list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceSliceList, error)) (*SliceList, error) {
-	o.ResourceVersion, o.ResourceVersionMatch, o.Limit, o.Continue = "", "", listPageSize, ""
 	out := &SliceList{}
-	for {
-		page, err := list(ctx, o)
-		if err != nil {
-			return nil, err
-		}
+	err := ListInPages(ctx, o, listPageSize, list, func(page *resourceapi.ResourceSliceList) {
 		for i := range page.Items {
 			out.Items = append(out.Items, *in.compact(&page.Items[i]))
 		}
 		out.TypeMeta, out.ResourceVersion = page.TypeMeta, page.ResourceVersion
-		if page.Continue == "" {
-			break
-		}
-		o.Continue = page.Continue
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -2,12 +2,12 @@ package podinject
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -101,7 +101,7 @@ func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.Re
 		return errNotSynced
 	}
 	if existing := c.managed.get(template.Namespace, template.Name); existing != nil {
-		return checkSpec(existing, template)
+		return checkSpec(existing.Spec, template)
 	}
 	release, err := c.managed.reserve(template.Namespace, template.Name)
 	if err != nil {
@@ -129,15 +129,18 @@ func (c *APIClient) EnsureTemplate(ctx context.Context, template *resourceapi.Re
 		return &RefusedError{Reason: fmt.Sprintf("ResourceClaimTemplate %s/%s exists but is not managed by %s (label %s=%s missing); delete or rename it",
 			template.Namespace, template.Name, ManagedBy, ManagedByLabel, ManagedBy)}
 	}
-	return checkSpec(existing, template)
+	// An unencodable spec keeps the zero digest, which no spec the webhook writes has.
+	have, _ := specDigest(&existing.Spec)
+	return checkSpec(have, template)
 }
 
 // checkSpec trusts an existing managed template only with the spec the webhook writes for its
 // name. Anyone who may create templates in the namespace can create one under a managed name and
-// label: with another spec it would capture every pod that asks for these GPUs.
-func checkSpec(existing, want *resourceapi.ResourceClaimTemplate) error {
-	if equality.Semantic.DeepEqual(existing.Spec, want.Spec) {
-		return nil
+// label: with another spec it would capture every pod that asks for these GPUs. have is the
+// existing template's specDigest: the informer keeps no more of it.
+func checkSpec(have [sha256.Size]byte, want *resourceapi.ResourceClaimTemplate) error {
+	if digest, err := specDigest(&want.Spec); err != nil || digest == have {
+		return err
 	}
 	return &RefusedError{Reason: fmt.Sprintf("ResourceClaimTemplate %s/%s is labelled %s=%s but its spec is not the one the webhook writes for this request, so pods must not use it; delete it (kubectl -n %s delete resourceclaimtemplate %s) and the webhook creates it again",
 		want.Namespace, want.Name, ManagedByLabel, ManagedBy, want.Namespace, want.Name)}

@@ -21,11 +21,17 @@ import (
 
 func testTemplate(t testing.TB, ns string) *resourceapi.ResourceClaimTemplate {
 	t.Helper()
+	return templateFor(t, ns, 2)
+}
+
+// templateFor is the managed template of count GPUs of any model in ns.
+func templateFor(t testing.TB, ns string, count int) *resourceapi.ResourceClaimTemplate {
+	t.Helper()
 	o, err := newOptions(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := o.template(ns, Request{Count: 2})
+	tmpl, err := o.template(ns, Request{Count: count})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,9 @@ func TestIntegration(t *testing.T) {
 			t.Run("a deleted template comes back for the next pod", func(t *testing.T) {
 				checkDeletedTemplateComesBack(t, e.cs, e.namespace(t, "deleted"))
 			})
+			t.Run("labelled templates not named as ours cost nothing", func(t *testing.T) {
+				checkLabelledTemplatesCostNothing(t, e.cs, e.namespace(t, "labelled"))
+			})
 			t.Run("limits of a class's extended resource become a claim", e.testExtended)
 			// Last: it stops the webhook server.
 			t.Run("webhook down affects annotated pods only", e.testWebhookDown)

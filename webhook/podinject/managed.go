@@ -6,14 +6,12 @@ import (
 	"sync"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/klog/v2"
-	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
@@ -23,8 +21,9 @@ import (
 const DefaultMaxTemplatesPerNamespace = 64
 
 // managedTemplates is what the cluster holds of the webhook's templates, from an informer over
-// those labelled managed-by (in any served resource.k8s.io version, as v1), plus the creations
-// still on their way into it. It counts them per namespace for the bound, tells whether a template
+// those labelled managed-by and named as the webhook names them (in any served resource.k8s.io
+// version, as v1), of each only a digest of its spec (templateDigest), plus the creations still on
+// their way into it. It counts them per namespace for the bound, tells whether a template
 // exists and what it says, and reports deletions.
 type managedTemplates struct {
 	informer cache.SharedIndexInformer
@@ -43,24 +42,27 @@ const pendingTTL = time.Minute
 
 func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTemplates {
 	selector := ManagedByLabel + "=" + ManagedBy
+	templates := dra.ResourceClaimTemplates(metav1.NamespaceAll)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
-			return dra.ResourceClaimTemplates(metav1.NamespaceAll).List(ctx, o)
+			return listDigests(ctx, o, templates.List)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
-			return dra.ResourceClaimTemplates(metav1.NamespaceAll).Watch(ctx, o)
+			w, err := templates.Watch(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, digestEvent), nil
 		},
 	}
 	m := &managedTemplates{
-		informer: cache.NewSharedIndexInformer(inventory.PlainListWatch(lw), &resourceapi.ResourceClaimTemplate{}, 0,
+		informer: cache.NewSharedIndexInformer(inventory.PlainListWatch(lw), &templateDigest{}, 0,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		max:     maxPerNamespace,
 		pending: map[string]map[string]time.Time{},
 	}
-	// SetTransform fails only once the informer runs.
-	_ = m.informer.SetTransform(ctrlcache.TransformStripManagedFields())
 	// A reservation ends as soon as the watch shows its template: from then on the informer counts
 	// it, and once it is deleted nothing holds its place in the bound (waiting for the next reserve
 	// in the namespace to notice kept a deleted template counted until pendingTTL).
@@ -73,7 +75,7 @@ func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTem
 
 // confirmed ends the reservation of a template the informer shows.
 func (m *managedTemplates) confirmed(obj any) {
-	t, ok := obj.(*resourceapi.ResourceClaimTemplate)
+	t, ok := obj.(*templateDigest)
 	if !ok {
 		return
 	}
@@ -98,18 +100,14 @@ func (m *managedTemplates) onDelete(f func(namespace, name string)) {
 	})
 }
 
-// get returns the managed template as the informer has it, or nil. The label is checked again:
-// the watch's label selector is the API server's to apply, and a watch that does not (client-go's
-// fake) would otherwise hand out a template someone else made under a managed name.
-func (m *managedTemplates) get(namespace, name string) *resourceapi.ResourceClaimTemplate {
+// get returns what the informer has of the managed template, or nil.
+func (m *managedTemplates) get(namespace, name string) *templateDigest {
 	obj, ok, err := m.informer.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil
 	}
-	if t, _ := obj.(*resourceapi.ResourceClaimTemplate); t != nil && t.Labels[ManagedByLabel] == ManagedBy {
-		return t
-	}
-	return nil
+	t, _ := obj.(*templateDigest)
+	return t
 }
 
 // reserve admits the creation of namespace/name within the bound, or refuses it. release ends the
@@ -121,7 +119,7 @@ func (m *managedTemplates) reserve(namespace, name string) (release func(), err 
 	existing, _ := m.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	names := make(map[string]bool, len(existing))
 	for _, obj := range existing {
-		if t, ok := obj.(*resourceapi.ResourceClaimTemplate); ok && t.Labels[ManagedByLabel] == ManagedBy {
+		if t, ok := obj.(*templateDigest); ok {
 			names[t.Name] = true
 		}
 	}

@@ -1,9 +1,7 @@
 package podinject
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -114,13 +112,10 @@ func (o options) managedTemplate(namespace string, count int, requests []resourc
 			Devices: resourceapi.DeviceClaim{Requests: requests},
 		},
 	}
-	// encoding/json writes struct fields in declaration order and map keys sorted, so the same
-	// spec always hashes the same.
-	canonical, err := json.Marshal(spec)
+	sum, err := specDigest(&spec)
 	if err != nil {
-		return nil, fmt.Errorf("hash template spec: %w", err)
+		return nil, err
 	}
-	sum := sha256.Sum256(canonical)
 	return &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      fmt.Sprintf("%s-%d-%s", ClaimName, count, hex.EncodeToString(sum[:])[:hashLength]),
