@@ -29,7 +29,9 @@ func TestConfigMapSourceReceivesOnlyItsNode(t *testing.T) {
 			}
 			a := runPlugin(ctx, t, f, "node-0")
 			b := runPlugin(ctx, t, f, "node-1")
-			waitFor(t, func() bool { return a.tracker.Faults()["gpu-1"].Message == "XID 79" && b.tracker.Faults()["gpu-1"].Message == "XID 79" })
+			waitFor(t, func() bool {
+				return a.tracker.Faults()["gpu-1"].Message == "XID 79" && b.tracker.Faults()["gpu-1"].Message == "XID 79"
+			})
 			aObjects, aBytes, _ := a.received.snapshot()
 			bObjects, _, _ := b.received.snapshot()
 			if aObjects != 1 || bObjects != 1 {
