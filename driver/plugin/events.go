@@ -28,10 +28,6 @@ const (
 	EventRefill = 5 * time.Minute
 )
 
-// eventCacheSize is the number of (pod, device, reason) keys whose budget is remembered: more than
-// one change can address (maxEventPods pods, a node's devices, two reasons).
-const eventCacheSize = 16384
-
 // EventOption configures NewEventBroadcaster.
 type EventOption func(*record.CorrelatorOptions)
 
@@ -45,13 +41,15 @@ func WithEventClock(c clock.PassiveClock) EventOption {
 // EventBurst and EventRefill. An Event repeated as it was is a count on the first (a patch, which
 // the filter counts too). Events that differ only in their message (another XID) are not combined
 // into one "combined from similar events", as the kubelet's are: that Event would lose the
-// annotations and with them its device's budget.
+// annotations and with them its device's budget. The correlator remembers the budgets of the 4,096
+// keys last used (its default, the kubelet's too: maxEventPods pods with 8 devices each, both
+// reasons); a key it forgot starts with a full budget. The broadcaster queues at most 1,000 Events
+// and drops what comes on top, so one change costs bounded memory however many pods it concerns.
 func NewEventBroadcaster(opts ...EventOption) record.EventBroadcaster {
 	o := record.CorrelatorOptions{
-		LRUCacheSize: eventCacheSize,
-		BurstSize:    EventBurst,
-		QPS:          float32(1 / EventRefill.Seconds()),
-		SpamKeyFunc:  eventKey,
+		BurstSize:   EventBurst,
+		QPS:         float32(1 / EventRefill.Seconds()),
+		SpamKeyFunc: eventKey,
 		// One local key per group: the aggregator never reaches its threshold.
 		KeyFunc: func(e *corev1.Event) (string, string) { return eventKey(e), "" },
 	}
