@@ -16,6 +16,7 @@ import (
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
 )
@@ -37,10 +38,13 @@ const (
 // GPU. Where the kubelet reports resource health (ResourceHealthStatus, 1.36+) the pod's container
 // status shows the device Healthy, then Unhealthy within 10 s. Everywhere: the pods get a
 // DeviceUnhealthy Event and the metrics count the device unhealthy. Elsewhere the same install
-// runs, no taint appears, and the plugin says once why.
+// runs, no taint appears, and the plugin says once why. Each node's faults are in a ConfigMap of
+// their own, gone with the node's last fault; one left set at the end is gone after uninstall.
 func TestHealth(t *testing.T) {
 	c := framework.Setup(t)
 	version := c.NewestResourceVersion(t)
+	// Registered before the install's cleanup, so it runs after the uninstall.
+	t.Cleanup(func() { checkNoFaultsLeft(t, c) })
 	installSharing(t, c, version, "health.noExecuteKinds={fallen-off}")
 	taintsKept := deviceTaintsKept(t, c)
 	t.Logf("resource.k8s.io/%s; the API server keeps device taints: %v", version, taintsKept)
@@ -91,6 +95,23 @@ func TestHealth(t *testing.T) {
 			m := pluginMetrics(t, c)
 			return strings.Contains(m, `gpu_dra_plugin_devices{health="unhealthy"} 1`) && strings.Contains(m, `gpu_dra_plugin_device_faults{kind="xid"} 1`), nil
 		})
+	})
+
+	t.Run("the node's own ConfigMap", func(t *testing.T) {
+		cms := c.Clientset.CoreV1().ConfigMaps(releaseNS)
+		cm, err := cms.Get(context.Background(), faults.ObjectName(faultsConfigMap, node), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the node's faults ConfigMap: %v", err)
+		}
+		if !strings.Contains(cm.Data[node], dev+":") || cm.Labels[faults.SetLabel] != faultsConfigMap {
+			t.Errorf("%s holds %v with the labels %v", cm.Name, cm.Data, cm.Labels)
+		}
+		if chart, err := cms.Get(context.Background(), faultsConfigMap, metav1.GetOptions{}); err != nil || len(chart.Data) != 0 {
+			t.Errorf("the chart's faults ConfigMap: %v, data %v; want it there and empty", err, chart)
+		}
+		if out := kubectlDra(t, c, "fault", "list"); !strings.Contains(strings.Join(strings.Fields(out), " "), node+" "+dev+" xid") {
+			t.Errorf("fault list does not show %s/%s:\n%s", node, dev, out)
+		}
 	})
 
 	// watched is the pod whose device's recovery the clear step checks: victim, unless it leaves
@@ -160,6 +181,9 @@ func TestHealth(t *testing.T) {
 			}
 		}
 		waitForEvent(t, c, ns, watched, "DeviceRecovered")
+		if left := faultsConfigMaps(t, c); len(left) != 0 {
+			t.Errorf("faults ConfigMaps left after every fault was cleared: %v", left)
+		}
 	})
 
 	t.Run("plugin log", func(t *testing.T) {
@@ -171,6 +195,36 @@ func TestHealth(t *testing.T) {
 		if !taintsKept && !strings.Contains(logs, `reason="API server drops devices[].taints (DRADeviceTaints off, or older than 1.33)"`) {
 			t.Errorf("the fallback line does not say why:\n%s", logs)
 		}
+	})
+
+	// Left set for the uninstall (checkNoFaultsLeft).
+	kubectlDra(t, c, "fault", "set", node+"/"+dev, "--kind", "xid", "--message", "left at uninstall")
+}
+
+// faultsConfigMap is the chart's faults ConfigMap of the release; each node's are
+// faults.ObjectName(faultsConfigMap, node).
+const faultsConfigMap = release + "-faults"
+
+// faultsConfigMaps lists the nodes' faults ConfigMaps of the release.
+func faultsConfigMaps(t *testing.T, c *framework.Cluster) []string {
+	t.Helper()
+	list, err := c.Clientset.CoreV1().ConfigMaps(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: faults.Selector(faultsConfigMap)})
+	if err != nil {
+		t.Fatalf("list the faults ConfigMaps: %v", err)
+	}
+	var names []string
+	for _, cm := range list.Items {
+		names = append(names, cm.Name)
+	}
+	return names
+}
+
+// checkNoFaultsLeft, after an uninstall, finds no faults ConfigMap: the chart's pre-delete hook
+// deleted the nodes' (with the chart's, which owns them, the garbage collector would too).
+func checkNoFaultsLeft(t *testing.T, c *framework.Cluster) {
+	t.Helper()
+	framework.Eventually(t, 30*time.Second, "no faults ConfigMap after uninstall", func() (bool, error) {
+		return len(faultsConfigMaps(t, c)) == 0, nil
 	})
 }
 

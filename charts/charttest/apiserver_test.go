@@ -263,6 +263,17 @@ func testRBAC(t *testing.T, srv *testapiserver.Server) {
 		{"gpu-dra-webhook", authorizationv1.ResourceAttributes{Verb: "update", Group: "resource.k8s.io", Resource: "resourceclaims", Namespace: other}, false},
 		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "deletecollection", Group: "resource.k8s.io", Resource: "resourceslices"}, true},
 		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}, false},
+		// The nodes' simulated faults: each plugin watches its node's ConfigMap, the uninstall hook
+		// deletes them all; only in the release namespace, and no more.
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: releaseNS}, true},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: releaseNS, Name: "gpu-dra-inventory"}, false},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "update", Resource: "configmaps", Namespace: releaseNS, Name: "gpu-dra-faults-node-a"}, false},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: other}, false},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: other}, true},
+		{"gpu-dra-kubelet-plugin", authorizationv1.ResourceAttributes{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: other}, false},
+		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "deletecollection", Resource: "configmaps", Namespace: releaseNS}, true},
+		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "deletecollection", Resource: "configmaps", Namespace: other}, false},
+		{"gpu-dra-cleanup", authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: releaseNS}, false},
 	} {
 		sar, err := srv.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               "system:serviceaccount:" + releaseNS + ":" + tc.sa,
@@ -460,8 +471,9 @@ func testPluginNodeInformer(t *testing.T, srv *testapiserver.Server) {
 }
 
 // testPluginFaultsSource runs the plugin's faults source with the plugin's service account: the
-// Role lets it list and watch only the chart's faults ConfigMap, by name, and an entry written for
-// its node reaches it.
+// Role lets it list and watch its node's ConfigMap, a fault written there reaches it, and it may not
+// get or write ConfigMaps. Then the uninstall hook's service account deletes every node's faults
+// ConfigMap, and nothing else.
 func testPluginFaultsSource(t *testing.T, srv *testapiserver.Server) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -469,22 +481,16 @@ func testPluginFaultsSource(t *testing.T, srv *testapiserver.Server) {
 	src := &faults.ConfigMapSource{Client: asPlugin, Namespace: releaseNS, Name: "gpu-dra-faults", NodeName: "node-faults"}
 	reports := make(chan faults.Faults, 10)
 	go func() { _ = src.Run(ctx, func(f faults.Faults) { reports <- f }) }()
-	select {
-	case f := <-reports:
-		if len(f) != 0 {
-			t.Fatalf("first report %v, want no faults in the chart's empty ConfigMap", f)
-		}
-	case <-ctx.Done():
-		t.Fatal("the plugin's faults source never read the ConfigMap: its service account may not list and watch it")
-	}
 	cms := srv.Clientset.CoreV1().ConfigMaps(releaseNS)
-	cm, err := cms.Get(ctx, "gpu-dra-faults", metav1.GetOptions{})
+	anchor, err := cms.Get(ctx, "gpu-dra-faults", metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the chart's faults ConfigMap: %v", err)
 	}
-	cm.Data = map[string]string{"node-faults": "gpu-1: {kind: xid, time: \"2026-12-03T10:00:00Z\", message: XID 79}\n"}
-	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	value := "gpu-1: {kind: xid, time: \"2026-12-03T10:00:00Z\", message: XID 79}\n"
+	for _, node := range []string{"node-faults", "node-other"} {
+		if _, err := cms.Create(ctx, faults.NewObject(releaseNS, "gpu-dra-faults", node, value, anchor), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	select {
 	case f := <-reports:
@@ -492,9 +498,43 @@ func testPluginFaultsSource(t *testing.T, srv *testapiserver.Server) {
 			t.Errorf("report %v, want gpu-1 xid", f)
 		}
 	case <-ctx.Done():
-		t.Error("the plugin's faults source did not see the new entry")
+		t.Fatal("the plugin's faults source never saw its node's ConfigMap: its service account may not list and watch it")
 	}
 	if _, err := asPlugin.CoreV1().ConfigMaps(releaseNS).Get(ctx, "gpu-dra-inventory", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("the plugin reads another ConfigMap of the release namespace: %v", err)
+		t.Errorf("the plugin gets another ConfigMap of the release namespace: %v", err)
+	}
+	if err := asPlugin.CoreV1().ConfigMaps(releaseNS).Delete(ctx, "gpu-dra-faults-node-other", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the plugin deletes another node's faults: %v", err)
+	}
+
+	asCleanup := kubernetes.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-cleanup", nil))
+	if err := faults.DeleteAll(ctx, asCleanup, releaseNS, "gpu-dra-faults"); err != nil {
+		t.Fatalf("the uninstall hook: %v", err)
+	}
+	left, err := cms.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cm := range left.Items {
+		names = append(names, cm.Name)
+	}
+	for _, want := range []string{"gpu-dra-faults", "gpu-dra-inventory"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the uninstall hook deleted %s", want)
+		}
+	}
+	for _, gone := range []string{"gpu-dra-faults-node-faults", "gpu-dra-faults-node-other"} {
+		if slices.Contains(names, gone) {
+			t.Errorf("the uninstall hook left %s", gone)
+		}
+	}
+	select {
+	case f := <-reports:
+		if len(f) != 0 {
+			t.Errorf("report %v after the uninstall hook, want no faults", f)
+		}
+	case <-ctx.Done():
+		t.Error("the plugin's faults source did not see its ConfigMap go")
 	}
 }

@@ -111,7 +111,7 @@ func TestHelmInstallDryRun(t *testing.T) {
 				hooks = append(hooks, h.Kind+"/"+h.Name)
 			}
 			slices.Sort(hooks)
-			wantHooks := []string{"ClusterRole/gpu-dra-cleanup", "ClusterRoleBinding/gpu-dra-cleanup", "Job/gpu-dra-cleanup", "ServiceAccount/gpu-dra-cleanup"}
+			wantHooks := []string{"ClusterRole/gpu-dra-cleanup", "ClusterRoleBinding/gpu-dra-cleanup", "Job/gpu-dra-cleanup", "Role/gpu-dra-cleanup", "RoleBinding/gpu-dra-cleanup", "ServiceAccount/gpu-dra-cleanup"}
 			if !slices.Equal(hooks, wantHooks) {
 				t.Errorf("hooks = %v, want %v", hooks, wantHooks)
 			}

@@ -37,8 +37,9 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
-// DeleteAllSlices deletes every node's ResourceSlices of the driver and returns: the chart's
-// pre-delete hook, so an uninstall leaves none behind even for nodes whose plugin is already gone.
+// DeleteAllSlices deletes every node's ResourceSlices of the driver, and with FaultsConfigMap
+// every node's faults ConfigMap, and returns: the chart's pre-delete hook, so an uninstall leaves
+// none behind even for nodes whose plugin is already gone.
 func DeleteAllSlices(ctx context.Context, o Options) error {
 	clientset, err := o.clientset()
 	if err != nil {
@@ -48,7 +49,16 @@ func DeleteAllSlices(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Deleted ResourceSlices", "driver", o.DriverName, "count", n)
+	logger := klog.FromContext(ctx)
+	logger.Info("Deleted ResourceSlices", "driver", o.DriverName, "count", n)
+	if o.FaultsConfigMap == "" {
+		return nil
+	}
+	ns, name := splitNamespaced(o.FaultsConfigMap)
+	if err := faults.DeleteAll(ctx, clientset, ns, name); err != nil {
+		return err
+	}
+	logger.Info("Deleted the nodes' faults ConfigMaps", "namespace", ns, "selector", faults.Selector(name))
 	return nil
 }
 

@@ -3,8 +3,9 @@ package app
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/driver/faults"
@@ -12,8 +13,8 @@ import (
 )
 
 // newHealth makes the node's fault tracker and the publisher that turns faults into taints. The
-// tracker's source is the faults ConfigMap when one is configured; without one no device ever
-// becomes faulty (a hardware backend would be another faults.Source).
+// tracker's source is the node's own faults ConfigMap when faults are configured; without them no
+// device ever becomes faulty (a hardware backend would be another faults.Source).
 func (p *instance) newHealth() {
 	var source faults.Source = noFaults{}
 	if p.o.FaultsConfigMap != "" {
@@ -37,11 +38,10 @@ func (p *instance) newHealth() {
 // the taints, updates the metrics and tells the pods using the devices.
 func (p *instance) startHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: p.client.EventsV1()})
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		logger.Error(err, "Pod Events about device health disabled")
-	}
-	recorder := broadcaster.NewRecorder(scheme.Scheme, "gpu-kubelet-plugin")
+	// core/v1 Events, rate-limited per pod, device and reason as the kubelet's are.
+	broadcaster := plugin.NewEventBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpu-kubelet-plugin", Host: p.o.NodeName}).WithLogger(logger)
 	p.updateHealthMetrics(faults.Faults{})
 	p.health.OnChange(func(ctx context.Context, before, after faults.Faults) {
 		if err := p.publisher.SetFaults(ctx, after); err != nil {

@@ -51,7 +51,8 @@ type Options struct {
 	// DeviceMetadata has the kubeletplugin library write a device metadata file (KEP-5304) per
 	// claim and request, bind-mounted into the containers through CDI.
 	DeviceMetadata bool
-	// FaultsConfigMap is the faults ConfigMap as namespace/name (faults.ConfigMapSource); empty
+	// FaultsConfigMap is the chart's faults ConfigMap as namespace/name: each node's simulated
+	// faults are in the ConfigMap <name>-<node> (faults.ConfigMapSource, faults.ObjectName); empty
 	// means no simulated faults.
 	FaultsConfigMap string
 	// NoExecuteFaultKinds are the fault kinds whose taint is NoExecute (others: NoSchedule).
@@ -97,12 +98,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server")
 	fs.BoolVar(&o.DeviceStatus, "device-status", o.DeviceStatus, "record each prepared device's uuid, model, index and driverVersion in its ResourceClaim's status.devices (needs patch on resourceclaims/status)")
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "bind-mount a device metadata file per claim and request into containers (/var/run/kubernetes.io/dra-device-attributes/...), through a CDI spec in --cdi-root")
-	fs.StringVar(&o.FaultsConfigMap, "faults-configmap", o.FaultsConfigMap, "ConfigMap (namespace/name) of simulated device faults, written by `kubectl dra fault`; its key <node name> holds this node's; empty disables them")
+	fs.StringVar(&o.FaultsConfigMap, "faults-configmap", o.FaultsConfigMap, "the chart's ConfigMap (namespace/name) of simulated device faults: this node's, written by `kubectl dra fault`, are in the ConfigMap <name>-<node name> (the one object the plugin watches); empty disables them; with --delete-all-slices, every node's is deleted too")
 	cliflag.List(fs, "no-execute-fault-kinds", "comma-separated fault kinds ("+strings.Join(faults.KindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule", func(kinds []string) error {
 		o.NoExecuteFaultKinds = kinds
 		return nil
 	})
-	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "delete every node's ResourceSlices of --driver-name and exit (the chart's pre-delete hook)")
+	fs.BoolVar(&o.DeleteAllSlices, "delete-all-slices", o.DeleteAllSlices, "delete every node's ResourceSlices of --driver-name, and every node's faults ConfigMap of --faults-configmap, and exit (the chart's pre-delete hook)")
 }
 
 // Validate checks the options before anything starts and reports every problem at once, each
@@ -128,8 +129,10 @@ func (o *Options) Validate() error {
 	}
 	if o.FaultsConfigMap != "" {
 		ns, name := splitNamespaced(o.FaultsConfigMap)
-		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		if len(validation.IsDNS1123Label(ns)) > 0 {
 			errs = append(errs, fmt.Errorf("--faults-configmap=%q: want namespace/name, e.g. gpu-dra/gpu-dra-faults", o.FaultsConfigMap))
+		} else if err := faults.ValidateBase(name); err != nil {
+			errs = append(errs, fmt.Errorf("--faults-configmap=%q: name %w", o.FaultsConfigMap, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -9,41 +9,46 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 )
 
 const good = "gpu-1: {kind: xid, time: \"2026-12-03T10:00:00Z\", message: XID 79}\n"
 
-// TestConfigMapSource runs the source against a fake API server through a sequence of writes: good
-// entries reach the node, bad ones (unknown device, unknown kind, garbage) are logged with their
-// key and change nothing, other nodes' entries are ignored, and deleting the ConfigMap clears.
+// TestConfigMapSource runs the source against a fake API server through a sequence of writes to
+// the node's own ConfigMap: good entries reach the node, bad ones (unknown device, unknown kind,
+// garbage) are logged with their key and change nothing, other keys are ignored, and deleting the
+// object clears. The single ConfigMap of earlier versions (the anchor, with entries) is ignored.
 func TestConfigMapSource(t *testing.T) {
 	logger, buf := newLogger(t)
 	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), logger))
 	defer cancel()
-	cs := fake.NewClientset()
-	cms := cs.CoreV1().ConfigMaps("gpu-dra")
+	fleet := newFleet()
+	cs, received := fleet.plugin()
+	cms := fleet.writer.CoreV1().ConfigMaps("gpu-dra")
 	src := &ConfigMapSource{Client: cs, Namespace: "gpu-dra", Name: "gpu-dra-faults", NodeName: "node1", Known: known("gpu-0", "gpu-1")}
 	tracker := NewTracker(src)
 	var reports []Faults
 	tracker.OnChange(func(_ context.Context, _, after Faults) { reports = append(reports, after) })
 	done := make(chan error)
 	go func() { done <- tracker.Run(ctx) }()
+	waitFor(t, func() bool { return received.watches() > 0 }) // the fake sends no events from before its watch
 
 	write := func(data map[string]string) {
 		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra-faults", Namespace: "gpu-dra"}, Data: data}
+		cm := NewObject("gpu-dra", "gpu-dra-faults", "node1", "", nil)
+		cm.Data = data
 		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	// Another ConfigMap of the namespace is never looked at.
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "gpu-dra"}, Data: map[string]string{"node1": good}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// Neither another ConfigMap of the namespace nor the old single one is looked at.
+	for _, name := range []string{"other", "gpu-dra-faults"} {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpu-dra"}, Data: map[string]string{"node1": good}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	write(map[string]string{"node1": good, "node2": "garbage ["})
 	waitFor(t, func() bool { return tracker.Faults()["gpu-1"].Kind == KindXID })
@@ -65,7 +70,7 @@ func TestConfigMapSource(t *testing.T) {
 		})
 	}
 	if len(reports) != 1 {
-		t.Errorf("%d changes reported, want 1 (bad entries and other nodes change nothing): %v", len(reports), reports)
+		t.Errorf("%d changes reported, want 1 (bad entries and other keys change nothing): %v", len(reports), reports)
 	}
 
 	write(map[string]string{"node1": "gpu-0: {kind: fallen-off, time: \"2026-12-03T11:00:00Z\"}"})
@@ -74,7 +79,7 @@ func TestConfigMapSource(t *testing.T) {
 	waitFor(t, func() bool { return len(tracker.Faults()) == 0 })
 	write(map[string]string{"node1": good})
 	waitFor(t, func() bool { return len(tracker.Faults()) == 1 })
-	if err := cms.Delete(ctx, "gpu-dra-faults", metav1.DeleteOptions{}); err != nil {
+	if err := cms.Delete(ctx, ObjectName("gpu-dra-faults", "node1"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return len(tracker.Faults()) == 0 })

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -83,11 +82,6 @@ func faultText(f faults.Fault) string {
 	return string(f.Kind) + ": " + f.Message
 }
 
-// EventRecorder records Events (k8s.io/client-go/tools/events implements it).
-type EventRecorder interface {
-	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
-}
-
 // Event reasons on pods.
 const (
 	ReasonDeviceUnhealthy = "DeviceUnhealthy"
@@ -104,7 +98,8 @@ const notifyTimeout = 30 * time.Second
 // NotifyPods puts an Event on every pod that uses a device whose health changed between before and
 // after: Warning DeviceUnhealthy when it turned faulty (or its fault changed), Normal
 // DeviceRecovered when its fault was cleared. The pods are those the prepared claims holding the
-// device are reserved for, read from the API server.
+// device are reserved for, read from the API server. The recorder rate-limits them per pod, device
+// and reason (NewEventBroadcaster), so a flapping fault does not flood the API server.
 func (d *Driver) NotifyPods(ctx context.Context, claims ClaimGetter, recorder EventRecorder, before, after faults.Faults) {
 	logger := klog.FromContext(ctx)
 	changed := map[string]bool{}
@@ -156,11 +151,13 @@ func (d *Driver) NotifyPods(ctx context.Context, claims ClaimGetter, recorder Ev
 			sent++
 			pod := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.Namespace, Name: ref.Name, UID: ref.UID}
 			for _, dev := range devs {
+				// The device is part of the Events' rate limit key (NewEventBroadcaster).
+				annotations := map[string]string{d.driverName + "/device": d.poolName + "/" + dev}
 				if f, faulty := after[dev]; faulty {
-					recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonDeviceUnhealthy, "DeviceHealth",
+					recorder.AnnotatedEventf(pod, annotations, corev1.EventTypeWarning, ReasonDeviceUnhealthy,
 						"%s device %s/%s of claim %s is unhealthy: %s", d.driverName, d.poolName, dev, c.Name, faultText(f))
 				} else {
-					recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonDeviceRecovered, "DeviceHealth",
+					recorder.AnnotatedEventf(pod, annotations, corev1.EventTypeNormal, ReasonDeviceRecovered,
 						"%s device %s/%s of claim %s is healthy again", d.driverName, d.poolName, dev, c.Name)
 				}
 			}

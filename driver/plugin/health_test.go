@@ -101,7 +101,7 @@ type recorder struct {
 	events []string
 }
 
-func (r *recorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+func (r *recorder) AnnotatedEventf(regarding runtime.Object, _ map[string]string, eventtype, reason, note string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ref := fmt.Sprintf("%T", regarding)

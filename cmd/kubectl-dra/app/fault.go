@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -18,18 +17,21 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	draclient "k8s.io/dynamic-resource-allocation/client"
-	"k8s.io/dynamic-resource-allocation/structured"
 
 	drahealth "github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
-// The chart's faults ConfigMap in a default install (helm install gpu-dra -n gpu-dra).
+// The chart's faults ConfigMap in a default install (helm install gpu-dra -n gpu-dra). Each node's
+// faults are in a ConfigMap of their own, <it>-<node> (drahealth.ObjectName), which only that
+// node's plugin watches; the chart's is empty and owns them.
 const (
 	defaultFaultsNamespace = "gpu-dra"
 	defaultFaultsConfigMap = "gpu-dra-faults"
 )
+
+// fieldManager writes the nodes' faults ConfigMaps.
+const fieldManager = "kubectl-dra"
 
 type faultOptions struct {
 	streams    genericiooptions.IOStreams
@@ -44,10 +46,12 @@ type faultOptions struct {
 func newFaultCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &faultOptions{streams: streams, flags: flags, namespace: defaultFaultsNamespace, configMap: defaultFaultsConfigMap, driverName: deviceschema.DefaultDriverName}
 	cmd := &cobra.Command{
-		Use:   "fault set|clear NODE/DEVICE",
-		Short: "Inject or clear a simulated GPU fault",
-		Long: `Writes a simulated fault of one GPU into the chart's faults ConfigMap (health.simulatedFaults),
-with your credentials. The node's kubelet plugin then, within seconds: taints the device in its
+		Use:   "fault set|clear NODE/DEVICE | fault list",
+		Short: "Inject, clear or list simulated GPU faults",
+		Long: `Writes a simulated fault of one GPU, with your credentials, into the node's own faults ConfigMap
+(<release>-faults-<node>, labelled app.kubernetes.io/part-of=<release>-faults; the chart's
+health.simulatedFaults), which only that node's kubelet plugin watches: created with the node's
+first fault, deleted with its last. The plugin then, within seconds: taints the device in its
 ResourceSlice (<driver>/unhealthy=<kind>, NoSchedule, or NoExecute for the chart's
 faults.noExecuteKinds) where the API server keeps device taints, reports it Unhealthy to the
 kubelet (the pods' status.containerStatuses[].allocatedResourcesStatus), and puts an Event on the
@@ -58,7 +62,10 @@ Kinds: xid (the GPU reported an XID error), fallen-off (it fell off the bus).`,
   kubectl dra fault set worker-1/gpu-3 --kind xid --message "XID 79: GPU has fallen off the bus"
 
   # It is fine again
-  kubectl dra fault clear worker-1/gpu-3`,
+  kubectl dra fault clear worker-1/gpu-3
+
+  # Every node's faults
+  kubectl dra fault list`,
 	}
 	set := &cobra.Command{
 		Use:   "set NODE/DEVICE --kind xid|fallen-off [--message TEXT]",
@@ -74,12 +81,20 @@ Kinds: xid (the GPU reported an XID error), fallen-off (it fell off the bus).`,
 		Args:  cobra.ExactArgs(1),
 		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0], false) },
 	}
-	for _, c := range []*cobra.Command{set, clear} {
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the simulated GPU faults of every node",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return o.list(cmd.Context()) },
+	}
+	for _, c := range []*cobra.Command{set, clear, list} {
 		c.Flags().StringVarP(&o.namespace, "namespace", "n", o.namespace, "namespace of the chart's release")
-		c.Flags().StringVar(&o.configMap, "configmap", o.configMap, "the faults ConfigMap (<release>-faults)")
+		c.Flags().StringVar(&o.configMap, "configmap", o.configMap, "the chart's faults ConfigMap (<release>-faults); each node's faults are in <it>-<node>")
+	}
+	for _, c := range []*cobra.Command{set, clear} {
 		c.Flags().StringVar(&o.driverName, "driver-name", o.driverName, "DRA driver whose device it is")
 	}
-	cmd.AddCommand(set, clear)
+	cmd.AddCommand(set, clear, list)
 	return cmd
 }
 
@@ -102,6 +117,9 @@ func (o *faultOptions) run(ctx context.Context, ref string, set bool) error {
 	if err != nil {
 		return err
 	}
+	if err := drahealth.ValidateBase(o.configMap); err != nil {
+		return fmt.Errorf("--configmap: %w", err)
+	}
 	fault := drahealth.Fault{Time: metav1.NewTime(time.Now().UTC().Truncate(time.Second)), Message: o.message}
 	if set {
 		if fault.Kind, err = drahealth.ParseKind(o.kind); err != nil {
@@ -117,47 +135,33 @@ func (o *faultOptions) run(ctx context.Context, ref string, set bool) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
+	return o.apply(ctx, cs, node, dev, fault, set)
+}
+
+// apply sets (or clears) fault of node's device dev.
+func (o *faultOptions) apply(ctx context.Context, cs kubernetes.Interface, node, dev string, fault drahealth.Fault, set bool) error {
+	anchor, err := o.anchor(ctx, cs)
+	if err != nil {
+		return err
+	}
 	if set {
 		if err := o.checkPublished(ctx, cs, node, dev); err != nil {
 			return err
 		}
 	}
 	changed := false
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm, err := cs.CoreV1().ConfigMaps(o.namespace).Get(ctx, o.configMap, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("ConfigMap %s/%s not found: install the chart with health.simulatedFaults=true (the default), or name the release's with -n and --configmap", o.namespace, o.configMap)
-		}
-		if err != nil {
-			return fmt.Errorf("read ConfigMap %s/%s: %w", o.namespace, o.configMap, err)
-		}
-		faults, err := drahealth.ParseEntry(node, cm.Data[node], nil)
-		if err != nil {
-			return fmt.Errorf("%w; fix or delete the key with `kubectl edit configmap -n %s %s`", err, o.namespace, o.configMap)
-		}
-		_, had := faults[dev]
-		if set {
-			faults[dev] = fault
-		} else {
-			delete(faults, dev)
-		}
-		changed = set || had
-		if !changed {
-			return nil
-		}
-		value, err := faults.Encode()
-		if err != nil {
-			return err
-		}
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
-		}
-		if value == "" {
-			delete(cm.Data, node)
-		} else {
-			cm.Data[node] = value
-		}
-		_, err = cs.CoreV1().ConfigMaps(o.namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: "kubectl-dra"})
+	// Another writer may create, change or delete the node's object meanwhile: start again.
+	err = retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
+		var err error
+		changed, err = o.write(ctx, cs, anchor, node, func(faults drahealth.Faults) bool {
+			_, had := faults[dev]
+			if set {
+				faults[dev] = fault
+			} else {
+				delete(faults, dev)
+			}
+			return set || had
+		})
 		return err
 	})
 	if err != nil {
@@ -172,6 +176,66 @@ func (o *faultOptions) run(ctx context.Context, ref string, set bool) error {
 		fmt.Fprintf(o.streams.Out, "%s/%s has no fault.\n", node, dev)
 	}
 	return nil
+}
+
+// anchor reads the chart's faults ConfigMap: it says that the release has simulated faults on, and
+// owns the nodes' objects.
+func (o *faultOptions) anchor(ctx context.Context, cs kubernetes.Interface) (*corev1.ConfigMap, error) {
+	cm, err := cs.CoreV1().ConfigMaps(o.namespace).Get(ctx, o.configMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("ConfigMap %s/%s not found: install the chart with health.simulatedFaults=true (the default), or name the release's with -n and --configmap", o.namespace, o.configMap)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read ConfigMap %s/%s: %w", o.namespace, o.configMap, err)
+	}
+	return cm, nil
+}
+
+// write applies change to node's faults in the node's own ConfigMap: created with its first fault,
+// deleted with its last, and written only if change says so. A concurrent writer makes it fail
+// with a conflict (resourceVersion) or AlreadyExists.
+func (o *faultOptions) write(ctx context.Context, cs kubernetes.Interface, anchor *corev1.ConfigMap, node string, change func(drahealth.Faults) bool) (bool, error) {
+	cms := cs.CoreV1().ConfigMaps(o.namespace)
+	name := drahealth.ObjectName(o.configMap, node)
+	cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = nil
+	case err != nil:
+		return false, fmt.Errorf("read ConfigMap %s/%s: %w", o.namespace, name, err)
+	}
+	faults := drahealth.Faults{}
+	if cm != nil {
+		if faults, err = drahealth.ParseEntry(node, cm.Data[node], nil); err != nil {
+			return false, fmt.Errorf("ConfigMap %s/%s: %w; fix it with `kubectl edit configmap -n %s %s`, or delete it", o.namespace, name, err, o.namespace, name)
+		}
+	}
+	if !change(faults) {
+		return false, nil
+	}
+	value, err := faults.Encode()
+	if err != nil {
+		return false, err
+	}
+	want := drahealth.NewObject(o.namespace, o.configMap, node, value, anchor)
+	switch {
+	case cm == nil && value == "":
+		return true, nil
+	case cm == nil:
+		_, err = cms.Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
+	case value == "":
+		err = cms.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cm.ResourceVersion}})
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+	default:
+		cm.Labels, cm.Data = want.Labels, want.Data
+		if len(cm.OwnerReferences) == 0 {
+			cm.OwnerReferences = want.OwnerReferences
+		}
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager})
+	}
+	return true, err
 }
 
 // checkPublished refuses a device the node's ResourceSlices do not publish; the plugin would
@@ -196,40 +260,4 @@ func (o *faultOptions) checkPublished(ctx context.Context, cs kubernetes.Interfa
 	}
 	slices.Sort(names)
 	return fmt.Errorf("node %s publishes no device %s of driver %s; it publishes %s", node, dev, o.driverName, joinMax(names, 8))
-}
-
-// markFaults adds the faults of the chart's ConfigMap to the fleet's devices, so that status shows
-// a fault also where the API server drops device taints. Best effort: without the ConfigMap (or
-// the right to read it) nothing is added, and a bad entry is a note.
-func markFaults(ctx context.Context, cs kubernetes.Interface, namespace, name, driver string, f *deviceusage.Fleet) []string {
-	cm, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-			return []string{fmt.Sprintf("simulated faults not shown: %v", err)}
-		}
-		return nil
-	}
-	return applyFaults(cm, driver, f)
-}
-
-func applyFaults(cm *corev1.ConfigMap, driver string, f *deviceusage.Fleet) []string {
-	var notes []string
-	for _, node := range slices.Sorted(maps.Keys(cm.Data)) {
-		faults, err := drahealth.ParseEntry(node, cm.Data[node], nil)
-		if err != nil {
-			notes = append(notes, fmt.Sprintf("ConfigMap %s/%s: %v", cm.Namespace, cm.Name, err))
-			continue
-		}
-		for dev, fault := range faults {
-			// The plugin names its pool after its node.
-			if d := f.Device(structured.MakeDeviceID(driver, node, dev)); d != nil {
-				d.Fault = string(fault.Kind)
-				if fault.Message != "" {
-					d.Fault += ": " + fault.Message
-				}
-				d.Healthy = false
-			}
-		}
-	}
-	return notes
 }

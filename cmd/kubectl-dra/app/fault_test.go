@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/utils/ptr"
@@ -35,7 +36,8 @@ func TestParseDeviceRef(t *testing.T) {
 }
 
 // TestFaultAgainstCluster runs `kubectl dra fault` and `status` against a real API server holding
-// one node's slice (as the plugin publishes it) and the chart's faults ConfigMap.
+// one node's slice (as the plugin publishes it) and the chart's (empty) faults ConfigMap: the
+// node's faults go to its own ConfigMap, which its last clear deletes.
 func TestFaultAgainstCluster(t *testing.T) {
 	srv := testapiserver.Start(t)
 	ctx := context.Background()
@@ -61,8 +63,12 @@ func TestFaultAgainstCluster(t *testing.T) {
 	kubeconfig := writeKubeconfig(t, srv.Config)
 	t.Setenv("KUBECONFIG", "")
 	dra := func(args ...string) result { return run(t, "", append(args, "--kubeconfig", kubeconfig)...) }
+	// entry is las1's faults, in its own ConfigMap.
 	entry := func() string {
-		cm, err := cs.CoreV1().ConfigMaps("gpu-dra").Get(ctx, "gpu-dra-faults", metav1.GetOptions{})
+		cm, err := cs.CoreV1().ConfigMaps("gpu-dra").Get(ctx, "gpu-dra-faults-las1", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return ""
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,12 +108,14 @@ func TestFaultAgainstCluster(t *testing.T) {
 		}
 	}
 
+	if r := dra("fault", "list"); r.code != 0 || !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), "las1 gpu-3 xid") {
+		t.Errorf("list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if r := dra("fault", "clear", "las1/gpu-3"); r.code != 0 || !strings.Contains(r.stdout, "Fault of las1/gpu-3 cleared") {
 		t.Errorf("clear: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	cm, _ := cs.CoreV1().ConfigMaps("gpu-dra").Get(ctx, "gpu-dra-faults", metav1.GetOptions{})
-	if _, ok := cm.Data["las1"]; ok {
-		t.Errorf("the node's key is left after its last fault was cleared: %q", cm.Data)
+	if _, err := cs.CoreV1().ConfigMaps("gpu-dra").Get(ctx, "gpu-dra-faults-las1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the node's ConfigMap is left after its last fault was cleared (%v)", err)
 	}
 	if r := dra("fault", "clear", "las1/gpu-3"); r.code != 0 || !strings.Contains(r.stdout, "las1/gpu-3 has no fault") {
 		t.Errorf("second clear: exit %d\n%s%s", r.code, r.stdout, r.stderr)
