@@ -1,0 +1,313 @@
+package charttest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	draclient "k8s.io/dynamic-resource-allocation/client"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra/driver/devicestatus"
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
+)
+
+const (
+	claimPolicy    = "ValidatingAdmissionPolicy 'gpu-dra-kubelet-plugin-claim-status'"
+	claimNamespace = "claims"
+	otherDriver    = "nic.example.com"
+)
+
+// claimPolicyReleases are the releases the claim status policy is proven on: the oldest supported
+// (status.devices alpha there, so the gate is on, as on a cluster that uses it), one without the
+// upstream per-node check and the newest, where DRAResourceClaimGranularStatusAuthorization (beta
+// from 1.36, on by default) refuses most of the same writes before admission.
+var claimPolicyReleases = []struct {
+	release, runtimeConfig, featureGates string
+	upstreamCheck                        bool
+}{
+	{"1.32.13", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true,DRAResourceClaimDeviceStatus=true", false},
+	{"1.34.2", testapiserver.AllVersions, "", false},
+	{"1.37.2", "", "", true},
+}
+
+// TestClaimStatusPolicy installs the plugin's RBAC and admission policies on a real API server of
+// each release and acts as the plugin of node-a (its service account with a pod-bound token's node
+// claim), in every served resource.k8s.io version: the plugin's own device status write lands,
+// every other change of a claim's status is refused.
+func TestClaimStatusPolicy(t *testing.T) {
+	for _, rel := range claimPolicyReleases {
+		t.Run(rel.release, func(t *testing.T) {
+			dir := testapiserver.ReleaseAssetsDir(t, rel.release)
+			if minor := testapiserver.MinorOf(t, dir); !strings.HasPrefix(rel.release, minor+".") {
+				t.Fatalf("%s holds kube-apiserver %s, not %s", dir, minor, rel.release)
+			}
+			srv := testapiserver.Start(t, testapiserver.WithAssetsDir(dir),
+				testapiserver.WithRuntimeConfig(rel.runtimeConfig), testapiserver.WithFeatureGates(rel.featureGates))
+			installPluginRights(t, srv, "v"+rel.release)
+			for _, version := range srv.ServedResourceVersions(t) {
+				t.Run(version, func(t *testing.T) {
+					testClaimStatusPolicy(t, srv, version, rel.upstreamCheck)
+				})
+			}
+		})
+	}
+}
+
+// installPluginRights creates what the chart renders for the plugin's identity: its service
+// account, RBAC and admission policies.
+func installPluginRights(t *testing.T, srv *testapiserver.Server, kubeVersion string) {
+	t.Helper()
+	var c cluster
+	for _, cl := range clusters {
+		if cl.kubeVersion == kubeVersion {
+			c = cl
+		}
+	}
+	if c.name == "" {
+		t.Fatalf("no cluster %s in clusters", kubeVersion)
+	}
+	r := mustRender(t, servedCapabilities(t, c, srv.ServedResourceVersions(t)), values(t, installSets...))
+	var plugin []manifest
+	for _, m := range r.Manifests {
+		if strings.HasSuffix(m.Source, "/kubeletplugin-rbac.yaml") || strings.HasSuffix(m.Source, "/kubeletplugin-admissionpolicy.yaml") {
+			plugin = append(plugin, m)
+		}
+	}
+	ctx := t.Context()
+	for _, ns := range []string{releaseNS, claimNamespace} {
+		if _, err := srv.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newApplier(t, srv.Config).create(plugin)
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// refusal is a write the plugin must not make. policy is what the policy's denial says; empty
+// where the API server's own validation refuses the write first on every release.
+type refusal struct {
+	name   string
+	do     func() error
+	policy string
+}
+
+func testClaimStatusPolicy(t *testing.T, srv *testapiserver.Server, version string, upstreamCheck bool) {
+	ctx := t.Context()
+	gvr := resourceapi.SchemeGroupVersion.WithResource("resourceclaims")
+	gvr.Version = version
+	admin := dynamic.NewForConfigOrDie(srv.Config).Resource(gvr).Namespace(claimNamespace)
+	plugin := impersonate(srv.Config, "gpu-dra-kubelet-plugin", map[string][]string{nodeClaim: {"node-a"}})
+	asPlugin := dynamic.NewForConfigOrDie(plugin).Resource(gvr).Namespace(claimNamespace)
+	noClaim := dynamic.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", nil)).Resource(gvr).Namespace(claimNamespace)
+
+	mine := allocatedClaim(t, admin, version, "mine-"+version, "node-a")
+	theirs := allocatedClaim(t, admin, version, "theirs-"+version, "node-b")
+	pending := newClaim(t, admin, version, "pending-"+version)
+
+	jsonPatch := func(c dynamic.ResourceInterface, name string, ops ...map[string]any) func() error {
+		return func() error {
+			data, err := json.Marshal(ops)
+			if err != nil {
+				return err
+			}
+			_, err = c.Patch(ctx, name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
+			return err
+		}
+	}
+	op := func(op, path string, value any) map[string]any {
+		return map[string]any{"op": op, "path": path, "value": value}
+	}
+	// The other driver's entry is the first: a JSON patch that finds another there fails instead.
+	isOther := op("test", "/status/devices/0/driver", otherDriver)
+	ourEntry := func(node, device string) map[string]any {
+		return map[string]any{"driver": "gpu.example.com", "pool": node, "device": device, "data": map[string]any{"uuid": map[string]any{"string": "forged"}}}
+	}
+	applyOurEntry := func(c dynamic.ResourceInterface, claim *unstructured.Unstructured, node string) func() error {
+		return func() error {
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": claim.GetAPIVersion(), "kind": "ResourceClaim",
+				"metadata": map[string]any{"name": claim.GetName(), "namespace": claimNamespace},
+				"status":   map[string]any{"devices": []any{ourEntry(node, "gpu-0")}},
+			}}
+			_, err := c.ApplyStatus(ctx, claim.GetName(), obj, metav1.ApplyOptions{FieldManager: "gpu.example.com/kubelet-plugin", Force: true})
+			return err
+		}
+	}
+
+	// Policies take effect asynchronously once their type checking ran. An unchanged status of
+	// another node's claim is what no upstream check refuses, on any release.
+	probe := refusal{"write another node's claim, changing nothing", jsonPatch(asPlugin, theirs.GetName()), "claim " + theirs.GetName() + " is not"}
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		last = probe.do()
+		return last != nil, nil
+	}); err != nil {
+		t.Errorf("the plugin on node-a may write the status of a claim allocated to node-b: %v", err)
+	}
+
+	refusals := []refusal{
+		probe,
+		{"clear reservedFor", jsonPatch(asPlugin, mine.GetName(), op("remove", "/status/reservedFor", nil)),
+			"may change only the status.devices entries of driver gpu.example.com in a claim, not status.reservedFor"},
+		{"deallocate (clear allocation and reservedFor)", jsonPatch(asPlugin, mine.GetName(),
+			op("remove", "/status/reservedFor", nil), op("remove", "/status/allocation", nil)), "status.allocation"},
+		{"change the allocated device", jsonPatch(asPlugin, mine.GetName(),
+			op("replace", "/status/allocation/devices/results/0/device", "gpu-1")), ""},
+		{"allocate a pending claim to its own device", jsonPatch(asPlugin, pending.GetName(),
+			op("add", "/status/allocation", allocation("node-a"))), "claim " + pending.GetName() + " is not"},
+		{"change another driver's entry", jsonPatch(asPlugin, mine.GetName(), isOther,
+			op("replace", "/status/devices/0/data", map[string]any{"mac": "forged"})), "not those of nic.example.com (pool node-a, device eth0)"},
+		{"remove another driver's entry", jsonPatch(asPlugin, mine.GetName(), isOther,
+			op("remove", "/status/devices/0", nil)), "not those of nic.example.com"},
+		{"write its driver's entry on another node's claim", applyOurEntry(asPlugin, theirs, "node-b"), "claim " + theirs.GetName() + " is not"},
+		{"record a device the claim was not allocated", jsonPatch(asPlugin, mine.GetName(),
+			op("add", "/status/devices/-", ourEntry("node-a", "gpu-7"))), ""},
+		{"write without a node claim", applyOurEntry(noClaim, mine, "node-a"), "authentication.kubernetes.io/node-name claim"},
+	}
+	for _, r := range refusals {
+		err := r.do()
+		by := "the admission policy"
+		if err != nil && !strings.Contains(err.Error(), claimPolicy) {
+			by = "the API server's own checks"
+		}
+		switch {
+		case err == nil:
+			t.Errorf("the plugin on node-a may %s", r.name)
+			continue
+		case !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
+			t.Errorf("%s: %v, want forbidden or invalid", r.name, err)
+		case upstreamCheck:
+			// Either may refuse first; the upstream check runs before admission.
+		case r.policy == "":
+			if by != "the API server's own checks" {
+				t.Errorf("%s: %v, want the API server's validation to refuse it", r.name, err)
+			}
+		case !strings.Contains(err.Error(), claimPolicy) || !strings.Contains(err.Error(), r.policy):
+			t.Errorf("%s: %v, want the policy's denial saying %q", r.name, err, r.policy)
+		}
+		t.Logf("refused by %s: %s (%v)", by, r.name, err)
+	}
+
+	// What the plugin does after a prepare, through its own code.
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	w, err := devicestatus.New(kubernetes.NewForConfigOrDie(plugin), "gpu.example.com", version, devicestatus.WithRetry(1, time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := w.Start(klog.NewContext(ctx, logger))
+	defer stop()
+	claim, err := draclient.New(srv.Clientset).ResourceClaims(claimNamespace).Get(ctx, mine.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Record(claim, []devicestatus.Device{{Pool: "node-a", Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"uuid": {StringValue: ptr.To("gpu-0-uuid")}, "model": {StringValue: ptr.To("LATEST-GPU-MODEL")},
+	}}})
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return w.Pending() == 0, nil
+	}); err != nil {
+		t.Fatal("the plugin's device status write never finished")
+	}
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if strings.Contains(logs, "not written") {
+		t.Errorf("the plugin's own device status write was refused:\n%s", logs)
+	}
+
+	after, err := admin.Get(ctx, mine.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drivers []string
+	devices, _, _ := unstructured.NestedSlice(after.Object, "status", "devices")
+	for _, d := range devices {
+		drivers = append(drivers, fmt.Sprint(d.(map[string]any)["driver"]))
+	}
+	if strings.Join(drivers, ",") != otherDriver+",gpu.example.com" {
+		t.Errorf("status.devices has entries of %v, want the other driver's untouched and the plugin's", drivers)
+	}
+	for _, field := range []string{"allocation", "reservedFor"} {
+		if !reflect.DeepEqual(after.Object["status"].(map[string]any)[field], mine.Object["status"].(map[string]any)[field]) {
+			t.Errorf("status.%s changed:\nbefore %v\nafter  %v", field, mine.Object["status"], after.Object["status"])
+		}
+	}
+	if !reflect.DeepEqual(devices[0], mine.Object["status"].(map[string]any)["devices"].([]any)[0]) {
+		t.Errorf("the other driver's entry changed: %v", devices[0])
+	}
+
+	// Anyone else (the scheduler, the claim controller) is not restricted.
+	if err := func() error {
+		_, err := admin.Patch(ctx, mine.GetName(), types.JSONPatchType, []byte(`[{"op":"remove","path":"/status/reservedFor"}]`),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		return err
+	}(); err != nil {
+		t.Errorf("the policy restricts other users: %v", err)
+	}
+}
+
+func newClaim(t *testing.T, admin dynamic.ResourceInterface, version, name string) *unstructured.Unstructured {
+	t.Helper()
+	request := map[string]any{"name": "gpu", "exactly": map[string]any{"deviceClassName": "gpu.example.com"}}
+	if version == "v1beta1" {
+		request = map[string]any{"name": "gpu", "deviceClassName": "gpu.example.com"}
+	}
+	claim, err := admin.Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resource.k8s.io/" + version, "kind": "ResourceClaim",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"devices": map[string]any{"requests": []any{request}}},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create claim %s: %v", name, err)
+	}
+	return claim
+}
+
+// allocation is what the scheduler writes for a GPU of node and a device of another driver there.
+func allocation(node string) map[string]any {
+	return map[string]any{
+		"devices": map[string]any{"results": []any{
+			map[string]any{"request": "gpu", "driver": "gpu.example.com", "pool": node, "device": "gpu-0"},
+			map[string]any{"request": "gpu", "driver": otherDriver, "pool": node, "device": "eth0"},
+		}},
+		"nodeSelector": map[string]any{"nodeSelectorTerms": []any{map[string]any{"matchFields": []any{
+			map[string]any{"key": "metadata.name", "operator": "In", "values": []any{node}},
+		}}}},
+	}
+}
+
+// allocatedClaim is a claim allocated on node, reserved for a pod, with the other driver's entry in
+// status.devices, as the scheduler and that driver's plugin leave it.
+func allocatedClaim(t *testing.T, admin dynamic.ResourceInterface, version, name, node string) *unstructured.Unstructured {
+	t.Helper()
+	claim := newClaim(t, admin, version, name)
+	claim.Object["status"] = map[string]any{
+		"allocation":  allocation(node),
+		"reservedFor": []any{map[string]any{"resource": "pods", "name": "consumer", "uid": "2d9b5a4c-0d5c-4c1e-9d59-8f3f1b2f7a10"}},
+		"devices":     []any{map[string]any{"driver": otherDriver, "pool": node, "device": "eth0", "data": map[string]any{"mac": "02:00:00:00:00:01"}}},
+	}
+	claim, err := admin.UpdateStatus(t.Context(), claim, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("allocate claim %s: %v", name, err)
+	}
+	if devices, _, _ := unstructured.NestedSlice(claim.Object, "status", "devices"); len(devices) != 1 {
+		t.Fatalf("claim %s: the server dropped status.devices (feature gate DRAResourceClaimDeviceStatus off?): %v", name, claim.Object["status"])
+	}
+	return claim
+}
