@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -120,8 +121,9 @@ func testClaimStatusPolicy(t *testing.T, srv *testapiserver.Server, version stri
 	asPlugin := dynamic.NewForConfigOrDie(plugin).Resource(gvr).Namespace(claimNamespace)
 	noClaim := dynamic.NewForConfigOrDie(impersonate(srv.Config, "gpu-dra-kubelet-plugin", nil)).Resource(gvr).Namespace(claimNamespace)
 
-	mine := allocatedClaim(t, admin, version, "mine-"+version, "node-a")
-	theirs := allocatedClaim(t, admin, version, "theirs-"+version, "node-b")
+	mac := map[string]any{"mac": "02:00:00:00:00:01"}
+	mine := allocatedClaim(t, admin, version, "mine-"+version, "node-a", 1, mac)
+	theirs := allocatedClaim(t, admin, version, "theirs-"+version, "node-b", 1, mac)
 	pending := newClaim(t, admin, version, "pending-"+version)
 
 	jsonPatch := func(c dynamic.ResourceInterface, name string, ops ...map[string]any) func() error {
@@ -174,7 +176,7 @@ func testClaimStatusPolicy(t *testing.T, srv *testapiserver.Server, version stri
 		{"change the allocated device", jsonPatch(asPlugin, mine.GetName(),
 			op("replace", "/status/allocation/devices/results/0/device", "gpu-1")), "", false},
 		{"allocate a pending claim to its own device", jsonPatch(asPlugin, pending.GetName(),
-			op("add", "/status/allocation", allocation("node-a"))), "claim " + pending.GetName() + " is not", false},
+			op("add", "/status/allocation", allocation("node-a", 1))), "claim " + pending.GetName() + " is not", false},
 		{"change another driver's entry", jsonPatch(asPlugin, mine.GetName(), isOther,
 			op("replace", "/status/devices/0/data", map[string]any{"mac": "forged"})), "not those of nic.example.com (pool node-a, device eth0)", false},
 		{"remove another driver's entry", jsonPatch(asPlugin, mine.GetName(), isOther,
@@ -184,6 +186,29 @@ func testClaimStatusPolicy(t *testing.T, srv *testapiserver.Server, version stri
 			op("add", "/status/devices/-", ourEntry("node-a", "gpu-7"))), "", false},
 		{"write without a node claim", applyOurEntry(noClaim, mine, "node-a"), "authentication.kubernetes.io/node-name claim", false},
 	}
+	checkRefusals(t, refusals, upstreamCheck)
+
+	// What the plugin does after a prepare, through its own code, on that claim and on the largest
+	// a claim can be: 32 devices, 16 of them with another driver's entry of the most data allowed.
+	recordAsPlugin(t, srv, admin, plugin, version, mine)
+	largest := allocatedClaim(t, admin, version, "largest-"+version, "node-a", 16, map[string]any{"blob": strings.Repeat("x", 10200)})
+	recordAsPlugin(t, srv, admin, plugin, version, largest)
+
+	// Anyone else (the scheduler, the claim controller) is not restricted.
+	if err := func() error {
+		_, err := admin.Patch(ctx, mine.GetName(), types.JSONPatchType, []byte(`[{"op":"remove","path":"/status/reservedFor"}]`),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		return err
+	}(); err != nil {
+		t.Errorf("the policy restricts other users: %v", err)
+	}
+}
+
+// checkRefusals makes each write and checks who refuses it: on releases with the upstream per-node
+// check (upstreamCheck) either may; before, the policy, with its message, or the API server's own
+// validation where the case says so.
+func checkRefusals(t *testing.T, refusals []refusal, upstreamCheck bool) {
+	t.Helper()
 	for _, r := range refusals {
 		err := r.do()
 		by := "the admission policy"
@@ -207,61 +232,6 @@ func testClaimStatusPolicy(t *testing.T, srv *testapiserver.Server, version stri
 		}
 		t.Logf("refused by %s: %s (%v)", by, r.name, err)
 	}
-
-	// What the plugin does after a prepare, through its own code.
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
-	w, err := devicestatus.New(kubernetes.NewForConfigOrDie(plugin), "gpu.example.com", version, devicestatus.WithRetry(1, time.Millisecond, time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := w.Start(klog.NewContext(ctx, logger))
-	defer stop()
-	claim, err := draclient.New(srv.Clientset).ResourceClaims(claimNamespace).Get(ctx, mine.GetName(), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Record(claim, []devicestatus.Device{{Pool: "node-a", Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"uuid": {StringValue: ptr.To("gpu-0-uuid")}, "model": {StringValue: ptr.To("LATEST-GPU-MODEL")},
-	}}})
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return w.Pending() == 0, nil
-	}); err != nil {
-		t.Fatal("the plugin's device status write never finished")
-	}
-	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
-	if strings.Contains(logs, "not written") {
-		t.Errorf("the plugin's own device status write was refused:\n%s", logs)
-	}
-
-	after, err := admin.Get(ctx, mine.GetName(), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drivers []string
-	devices, _, _ := unstructured.NestedSlice(after.Object, "status", "devices")
-	for _, d := range devices {
-		drivers = append(drivers, fmt.Sprint(d.(map[string]any)["driver"]))
-	}
-	if strings.Join(drivers, ",") != otherDriver+",gpu.example.com" {
-		t.Errorf("status.devices has entries of %v, want the other driver's untouched and the plugin's", drivers)
-	}
-	for _, field := range []string{"allocation", "reservedFor"} {
-		if !reflect.DeepEqual(after.Object["status"].(map[string]any)[field], mine.Object["status"].(map[string]any)[field]) {
-			t.Errorf("status.%s changed:\nbefore %v\nafter  %v", field, mine.Object["status"], after.Object["status"])
-		}
-	}
-	if !reflect.DeepEqual(devices[0], mine.Object["status"].(map[string]any)["devices"].([]any)[0]) {
-		t.Errorf("the other driver's entry changed: %v", devices[0])
-	}
-
-	// Anyone else (the scheduler, the claim controller) is not restricted.
-	if err := func() error {
-		_, err := admin.Patch(ctx, mine.GetName(), types.JSONPatchType, []byte(`[{"op":"remove","path":"/status/reservedFor"}]`),
-			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
-		return err
-	}(); err != nil {
-		t.Errorf("the policy restricts other users: %v", err)
-	}
 }
 
 func newClaim(t *testing.T, admin dynamic.ResourceInterface, version, name string) *unstructured.Unstructured {
@@ -281,35 +251,103 @@ func newClaim(t *testing.T, admin dynamic.ResourceInterface, version, name strin
 	return claim
 }
 
-// allocation is what the scheduler writes for a GPU of node and a device of another driver there.
-func allocation(node string) map[string]any {
+// allocation is what the scheduler writes for n GPUs of node and n devices of another driver there.
+func allocation(node string, n int) map[string]any {
+	var results []any
+	for i := range n {
+		results = append(results,
+			map[string]any{"request": "gpu", "driver": "gpu.example.com", "pool": node, "device": fmt.Sprintf("gpu-%d", i)},
+			map[string]any{"request": "gpu", "driver": otherDriver, "pool": node, "device": fmt.Sprintf("eth%d", i)})
+	}
 	return map[string]any{
-		"devices": map[string]any{"results": []any{
-			map[string]any{"request": "gpu", "driver": "gpu.example.com", "pool": node, "device": "gpu-0"},
-			map[string]any{"request": "gpu", "driver": otherDriver, "pool": node, "device": "eth0"},
-		}},
+		"devices": map[string]any{"results": results},
 		"nodeSelector": map[string]any{"nodeSelectorTerms": []any{map[string]any{"matchFields": []any{
 			map[string]any{"key": "metadata.name", "operator": "In", "values": []any{node}},
 		}}}},
 	}
 }
 
-// allocatedClaim is a claim allocated on node, reserved for a pod, with the other driver's entry in
-// status.devices, as the scheduler and that driver's plugin leave it.
-func allocatedClaim(t *testing.T, admin dynamic.ResourceInterface, version, name, node string) *unstructured.Unstructured {
+// allocatedClaim is a claim allocated on node (n devices of each driver), reserved for a pod, with
+// the other driver's entries in status.devices, as the scheduler and that driver's plugin leave it.
+func allocatedClaim(t *testing.T, admin dynamic.ResourceInterface, version, name, node string, n int, data map[string]any) *unstructured.Unstructured {
 	t.Helper()
 	claim := newClaim(t, admin, version, name)
+	var devices []any
+	for i := range n {
+		devices = append(devices, map[string]any{"driver": otherDriver, "pool": node, "device": fmt.Sprintf("eth%d", i), "data": data})
+	}
 	claim.Object["status"] = map[string]any{
-		"allocation":  allocation(node),
+		"allocation":  allocation(node, n),
 		"reservedFor": []any{map[string]any{"resource": "pods", "name": "consumer", "uid": "2d9b5a4c-0d5c-4c1e-9d59-8f3f1b2f7a10"}},
-		"devices":     []any{map[string]any{"driver": otherDriver, "pool": node, "device": "eth0", "data": map[string]any{"mac": "02:00:00:00:00:01"}}},
+		"devices":     devices,
 	}
 	claim, err := admin.UpdateStatus(t.Context(), claim, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("allocate claim %s: %v", name, err)
 	}
-	if devices, _, _ := unstructured.NestedSlice(claim.Object, "status", "devices"); len(devices) != 1 {
+	if got, _, _ := unstructured.NestedSlice(claim.Object, "status", "devices"); len(got) != n {
 		t.Fatalf("claim %s: the server dropped status.devices (feature gate DRAResourceClaimDeviceStatus off?): %v", name, claim.Object["status"])
 	}
 	return claim
+}
+
+// recordAsPlugin records every GPU of the claim as the plugin's device status writer does after a
+// prepare, as the plugin (config plugin), and checks that it landed and that nothing else changed.
+func recordAsPlugin(t *testing.T, srv *testapiserver.Server, admin dynamic.ResourceInterface, plugin *rest.Config, version string, before *unstructured.Unstructured) {
+	t.Helper()
+	ctx := t.Context()
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	w, err := devicestatus.New(kubernetes.NewForConfigOrDie(plugin), "gpu.example.com", version, devicestatus.WithRetry(1, time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := w.Start(klog.NewContext(ctx, logger))
+	defer stop()
+	claim, err := draclient.New(srv.Clientset).ResourceClaims(claimNamespace).Get(ctx, before.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gpus []devicestatus.Device
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == "gpu.example.com" {
+			gpus = append(gpus, devicestatus.Device{Pool: r.Pool, Name: r.Device, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"uuid": {StringValue: ptr.To(r.Device + "-uuid")}, "model": {StringValue: ptr.To("LATEST-GPU-MODEL")},
+			}})
+		}
+	}
+	w.Record(claim, gpus)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return w.Pending() == 0, nil
+	}); err != nil {
+		t.Fatalf("claim %s: the plugin's device status write never finished", before.GetName())
+	}
+	if logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String(); strings.Contains(logs, "not written") {
+		t.Errorf("claim %s: the plugin's own device status write was refused:\n%s", before.GetName(), logs)
+	}
+
+	after, err := admin.Get(ctx, before.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := after.Object["status"].(map[string]any), before.Object["status"].(map[string]any)
+	var ours, others []any
+	devices, _ := got["devices"].([]any)
+	for _, d := range devices {
+		if d.(map[string]any)["driver"] == "gpu.example.com" {
+			ours = append(ours, d)
+		} else {
+			others = append(others, d)
+		}
+	}
+	if len(ours) != len(gpus) {
+		t.Errorf("claim %s: %d entries of the plugin's driver, want %d", before.GetName(), len(ours), len(gpus))
+	}
+	if !reflect.DeepEqual(others, want["devices"]) {
+		t.Errorf("claim %s: the other driver's entries changed:\nbefore %v\nafter  %v", before.GetName(), want["devices"], others)
+	}
+	for _, field := range []string{"allocation", "reservedFor"} {
+		if !reflect.DeepEqual(got[field], want[field]) {
+			t.Errorf("claim %s: status.%s changed:\nbefore %v\nafter  %v", before.GetName(), field, want[field], got[field])
+		}
+	}
 }
