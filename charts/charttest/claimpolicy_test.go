@@ -34,17 +34,18 @@ const (
 	otherDriver    = "nic.example.com"
 )
 
-// claimPolicyReleases are the releases the claim status policy is proven on: the oldest supported
-// (status.devices alpha there, so the gate is on, as on a cluster that uses it), one without the
-// upstream per-node check and the newest, where DRAResourceClaimGranularStatusAuthorization (beta
-// from 1.36, on by default) refuses most of the same writes before admission.
+// claimPolicyReleases are the releases the claim status policy is proven on, each serving every
+// resource.k8s.io version it knows: the oldest supported (status.devices alpha there, so the gate is
+// on, as on a cluster that uses it), one without the upstream per-node check and the newest, where
+// DRAResourceClaimGranularStatusAuthorization (beta from 1.36, on by default) refuses most of the
+// same writes before admission.
 var claimPolicyReleases = []struct {
 	release, runtimeConfig, featureGates string
 	upstreamCheck                        bool
 }{
 	{"1.32.13", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true,DRAResourceClaimDeviceStatus=true", false},
 	{"1.34.2", testapiserver.AllVersions, "", false},
-	{"1.37.2", "", "", true},
+	{"1.37.2", testapiserver.AllVersions, "", true},
 }
 
 // TestClaimStatusPolicy installs the plugin's RBAC and admission policies on a real API server of
