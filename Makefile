@@ -9,7 +9,7 @@ export GOFLAGS ?= -buildvcs=false
 include hack/buildenv/build.env
 K8S_VERSION ?= $(K8S_RELEASE_SEED)
 export K8S_VERSION
-# The newest release, where the DRA features of issues 16-18 are served (sharing, partitions, device
+# The newest release, where the newer DRA features are served (sharing, partitions, device
 # taints, resource health, extended resources): `make test` runs the suite there too, but for the
 # chaos runs and the plugin restart, which `make e2e` covers on K8S_VERSION and which do not differ by release,
 # and the upstream eviction-time demo, which waits out its 300 s toleration (`make e2e-matrix` runs it).
@@ -19,6 +19,9 @@ CACHE ?= $(or $(GPU_DRA_CACHE),$(HOME)/.cache/gpu-dra)
 export GPU_DRA_CACHE := $(CACHE)
 TOOLS := $(CACHE)/tools/bin
 ENVTEST_ASSETS := $(CACHE)/envtest/v$(K8S_VERSION)
+# The other releases whose API server integration tests run on (testapiserver.ReleaseAssetsDir, e.g.
+# the plugin's claim status policy on 1.32.13, 1.34.2 and 1.37.2): only their kube-apiserver is built.
+ENVTEST_RELEASES ?= $(K8S_RELEASE_OLDEST) $(NEWEST_K8S_VERSION)
 VERSION ?= $(PROJECT_IMAGE_TAG)
 PROJECT_IMAGE ?= $(PROJECT_IMAGE_REPOSITORY):$(VERSION)
 export PROJECT_IMAGE
@@ -28,7 +31,7 @@ FUZZTIME ?= 10s
 UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$')
 
 .PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-upgrade demo \
-	cluster-up cluster-down images envtest-assets clean help
+	cluster-up cluster-down images envtest-assets envtest-releases clean help
 
 all: build
 
@@ -51,11 +54,14 @@ deps: ## install Debian packages and Go tools that tests and the demo need
 envtest-assets: ## a real kube-apiserver + etcd + kubectl for integration tests
 	@e2e/cluster/envtest-assets.sh >/dev/null
 
+envtest-releases: ## kube-apiserver + etcd of ENVTEST_RELEASES too, for tests that run on several releases
+	@for v in $(ENVTEST_RELEASES); do K8S_VERSION=$$v K8S_BINARIES=kube-apiserver e2e/cluster/envtest-assets.sh >/dev/null; done
+
 unit: ## unit tests (+ integration tests when `make envtest-assets` has run; they skip loudly otherwise)
 	@if [ -x $(ENVTEST_ASSETS)/kube-apiserver ]; then export KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS); fi; \
 	go test -count=1 $(UNIT_PKGS)
 
-integration: envtest-assets ## unit + integration tests against a real kube-apiserver
+integration: envtest-assets envtest-releases ## unit + integration tests against a real kube-apiserver (of several releases where a test asks)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 30m $(UNIT_PKGS)
 
 fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)

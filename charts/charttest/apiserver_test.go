@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v4/pkg/chart/common"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,11 +101,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(tc.runtimeConfig))
 			served := srv.ServedResourceVersions(t)
-			caps := capabilities(t, tc.c)
-			caps.APIVersions = slices.DeleteFunc(caps.APIVersions, func(v string) bool { return strings.HasPrefix(v, "resource.k8s.io/") })
-			for _, v := range served {
-				caps.APIVersions = append(caps.APIVersions, "resource.k8s.io/"+v)
-			}
+			caps := servedCapabilities(t, tc.c, served)
 			// With several classes and the optional NetworkPolicy, so that the server validates them too.
 			r := mustRender(t, caps, valuesYAML(t, deviceClassValues, append(slices.Clone(installSets), networkPolicySets...)...))
 			if _, ok := r.find("NetworkPolicy", ""); !ok {
@@ -130,6 +127,17 @@ func TestInstallOnAPIServer(t *testing.T) {
 			t.Run("CertManager", func(t *testing.T) { testCertManagerObjects(t, srv, a, caps) })
 		})
 	}
+}
+
+// servedCapabilities are c's capabilities with the resource.k8s.io versions a server serves.
+func servedCapabilities(t *testing.T, c cluster, served []string) *common.Capabilities {
+	t.Helper()
+	caps := capabilities(t, c)
+	caps.APIVersions = slices.DeleteFunc(caps.APIVersions, func(v string) bool { return strings.HasPrefix(v, "resource.k8s.io/") })
+	for _, v := range served {
+		caps.APIVersions = append(caps.APIVersions, "resource.k8s.io/"+v)
+	}
+	return caps
 }
 
 // serviceAccounts are the chart's identities and the file of what each may do.

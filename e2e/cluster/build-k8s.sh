@@ -2,6 +2,8 @@
 # Build the Kubernetes binaries of one release from the k8s.io/kubernetes module, in a build module
 # outside the repository, cached by version. Idempotent: a binary already in the cache is kept.
 # usage: build-k8s.sh 1.34.2
+# K8S_BINARIES="kube-apiserver" builds only the binaries named (an API server for envtest of an
+# extra release costs one binary, not the whole cluster).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -11,7 +13,11 @@ mod=$CACHE/k8s-build/v$kv
 bin=$(k8s_bin_dir "$kv")
 mkdir -p "$mod" "$bin"
 
-want=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl dra-test-driver)
+all=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl dra-test-driver)
+read -r -a want <<<"${K8S_BINARIES:-${all[*]}}"
+for b in "${want[@]}"; do
+  [[ " ${all[*]} " == *" $b "* ]] || die "K8S_BINARIES: unknown binary $b (known: ${all[*]})"
+done
 missing=()
 for b in "${want[@]}"; do [ -x "$bin/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then

@@ -23,6 +23,12 @@ import (
 // AssetsEnv names the directory holding kube-apiserver, etcd and kubectl (`make envtest-assets`).
 const AssetsEnv = "KUBEBUILDER_ASSETS"
 
+// ReleasesEnv names the directory holding one assets directory per Kubernetes release,
+// v<release> (e.g. v1.32.13), for tests that run on several releases. It defaults to the harness
+// cache's envtest directory ($GPU_DRA_CACHE/envtest, else ~/.cache/gpu-dra/envtest), where
+// `make integration` prepares them.
+const ReleasesEnv = "GPU_DRA_ENVTEST_RELEASES"
+
 // V1Beta1Only is the runtime config of a 1.32-like server: resource.k8s.io served as v1beta1 only.
 const V1Beta1Only = "resource.k8s.io/v1=false,resource.k8s.io/v1beta2=false,resource.k8s.io/v1beta1=true"
 
@@ -30,6 +36,7 @@ const V1Beta1Only = "resource.k8s.io/v1=false,resource.k8s.io/v1beta2=false,reso
 const AllVersions = "resource.k8s.io/v1=true,resource.k8s.io/v1beta2=true,resource.k8s.io/v1beta1=true"
 
 type options struct {
+	assetsDir     string
 	runtimeConfig string
 	featureGates  string
 	webhooks      envtest.WebhookInstallOptions
@@ -37,6 +44,9 @@ type options struct {
 
 // Option configures the server.
 type Option func(*options)
+
+// WithAssetsDir runs the binaries of dir (see ReleaseAssetsDir) instead of those of AssetsDir.
+func WithAssetsDir(dir string) Option { return func(o *options) { o.assetsDir = dir } }
 
 // WithRuntimeConfig passes --runtime-config, e.g. V1Beta1Only.
 func WithRuntimeConfig(rc string) Option { return func(o *options) { o.runtimeConfig = rc } }
@@ -61,27 +71,61 @@ type Server struct {
 func AssetsDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv(AssetsEnv)
-	missing := dir == ""
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			missing = true
-		}
-	}
-	if missing {
-		msg := "needs a real kube-apiserver and etcd: set " + AssetsEnv + " (run `make envtest-assets`, or use `make test`)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED: " + msg)
+	if dir == "" || !hasBinaries(dir) {
+		missing(t, "needs a real kube-apiserver and etcd: set "+AssetsEnv+" (run `make envtest-assets`, or use `make test`)")
 	}
 	return dir
+}
+
+// ReleaseAssetsDir returns the binaries' directory of one Kubernetes release ("1.32.13"), for tests
+// that run on several. A missing release skips loudly, or fails in CI, as in AssetsDir.
+func ReleaseAssetsDir(t testing.TB, release string) string {
+	t.Helper()
+	root := os.Getenv(ReleasesEnv)
+	if root == "" {
+		cache := os.Getenv("GPU_DRA_CACHE")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache", "gpu-dra")
+		}
+		root = filepath.Join(cache, "envtest")
+	}
+	dir := filepath.Join(root, "v"+release)
+	if !hasBinaries(dir) {
+		missing(t, "needs kube-apiserver and etcd of Kubernetes "+release+" in "+dir+" (run `make integration`, or "+
+			"`K8S_VERSION="+release+" K8S_BINARIES=kube-apiserver e2e/cluster/envtest-assets.sh`; "+ReleasesEnv+" moves the root)")
+	}
+	return dir
+}
+
+func hasBinaries(dir string) bool {
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func missing(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIPPED: " + msg)
 }
 
 // Minor is the minor version ("1.34") of the kube-apiserver in AssetsDir, for tests whose
 // expectations differ by release.
 func Minor(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(AssetsDir(t), "kube-apiserver"), "--version").Output()
+	return MinorOf(t, AssetsDir(t))
+}
+
+// MinorOf is the minor version of the kube-apiserver in dir.
+func MinorOf(t testing.TB, dir string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(dir, "kube-apiserver"), "--version").Output()
 	if err != nil {
 		t.Fatalf("kube-apiserver --version: %v", err)
 	}
@@ -104,8 +148,11 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.assetsDir == "" {
+		o.assetsDir = AssetsDir(t)
+	}
 	env := &envtest.Environment{
-		BinaryAssetsDirectory: AssetsDir(t),
+		BinaryAssetsDirectory: o.assetsDir,
 		WebhookInstallOptions: o.webhooks,
 		ControlPlane:          envtest.ControlPlane{APIServer: &envtest.APIServer{}},
 	}
