@@ -1,7 +1,7 @@
 // Package app implements the `kubectl dra` commands: upgrade (rewrite resource.k8s.io manifests
 // for another API version), validate (the webhook's claim checks, without admission), status
 // (every GPU and who holds it), why (what keeps a claim from its devices) and fault (simulated
-// GPU faults).
+// GPU faults: set, clear, list).
 package app
 
 import (
@@ -57,7 +57,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
             cluster's ResourceSlices and DeviceClasses
   status    show every GPU: model, memory, health, and the claim and pod holding it
   why       explain why a pod or ResourceClaim gets no devices
-  fault     inject or clear a simulated GPU fault`,
+  fault     inject, clear or list simulated GPU faults`,
 		SilenceUsage: true,
 		Annotations: map[string]string{
 			cobra.CommandDisplayNameAnnotation: "kubectl dra",
