@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 declare -A no_deps=(
   [deps]="is the step itself"
   [build]="go build only"
+  [fuzz]="go test -fuzz only"
   [help]="prints the Makefile"
   [clean]="removes _output"
   [envtest-assets]="builds kube-apiserver and etcd from Go modules"
