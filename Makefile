@@ -67,13 +67,13 @@ integration: envtest-assets envtest-releases ## unit + integration tests against
 fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
 	@hack/fuzz.sh $(FUZZTIME)
 
-bench: deps envtest-assets ## the README's benchmarks, COUNT=5 runs each, through benchstat
+bench: deps envtest-assets ## the benchmarks of docs/performance.md, COUNT=5 runs each, through benchstat
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat VEGETA=$(TOOLS)/vegeta hack/bench.sh
 
 scale: deps build ## the webhook and kubectl dra on 5,000 fake GPU nodes, a control plane without kubelets (not in `test`; SCALE_NODES=1,100,... shrinks it)
 	@hack/scale.sh
 
-lint: ## gofmt, go vet, staticcheck, every README target that needs Debian packages runs `make deps`
+lint: ## gofmt, go vet, staticcheck, every target README.md or docs/ name that needs Debian packages runs `make deps`
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 	go vet ./...
 	@[ -x $(TOOLS)/staticcheck ] || hack/install-deps.sh

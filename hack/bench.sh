@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmarks behind README's performance table, each COUNT times, summarized by benchstat.
+# The benchmarks behind docs/performance.md, each COUNT times, summarized by benchstat.
 # Loopback only; each benchmark runs a fixed number of operations.
 set -euo pipefail
 count=${COUNT:-5}

@@ -1,5 +1,6 @@
 // Command kubectl-dra is the `kubectl dra` plugin: it upgrades resource.k8s.io manifests between
-// API versions and runs the gpu-dra admission checks offline or against a cluster.
+// API versions, runs the gpu-dra admission checks offline or against a cluster, shows the fleet's
+// GPUs and why a pod waits, and injects simulated faults.
 package main
 
 import (

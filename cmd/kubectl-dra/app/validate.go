@@ -66,15 +66,7 @@ Exit status: 0 admitted (warnings may be printed), 2 when the webhook would deny
 	cmd.Flags().StringSliceVarP(&o.files, "filename", "f", nil, "manifest file, directory, or - for standard input (repeatable)")
 	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false, "process directories named with -f recursively")
 	cmd.Flags().StringVar(&o.clusterStateFile, "cluster-state", "", "ResourceSlices and DeviceClasses (YAML) to validate against instead of a cluster")
-	cmd.Flags().StringVar(&o.nodeGroupsFile, "node-groups", "", "the webhook's node-groups file, for the most devices a node holds (default: 8 per node)")
-	// The earlier names keep working, hidden; using one prints what replaced it.
-	cmd.Flags().StringVar(&o.clusterStateFile, "inventory", "", "")
-	cmd.Flags().StringVar(&o.nodeGroupsFile, "inventory-config", "", "")
-	_ = cmd.Flags().MarkDeprecated("inventory", "use --cluster-state")
-	_ = cmd.Flags().MarkDeprecated("inventory-config", "use --node-groups")
-	// pflag prints those notices to the flag set's output, which cobra would copy to standard
-	// output, into -o json.
-	cmd.Flags().SetOutput(streams.ErrOut)
+	cmd.Flags().StringVar(&o.nodeGroupsFile, "node-groups", "", "the webhook's node-groups file, for the most devices a node holds (default: "+nodegroups.DefaultGroupDescription+")")
 	cmd.Flags().StringVar(&o.driverName, "driver-name", o.driverName, "DRA driver name; also the attribute domain")
 	cmd.Flags().StringSliceVar(&o.deny, "deny", nil, "rules that deny instead of warn, as the webhook's --deny: "+strings.Join(claimvalidation.RuleNames(), ", "))
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json (default: text)")

@@ -338,29 +338,19 @@ func flagValues(args []string, name string) []string {
 	return out
 }
 
-// TestValidateDeprecatedFlags: --inventory and --inventory-config still work as --cluster-state
-// and --node-groups, say so on standard error only, and are hidden from the help.
-func TestValidateDeprecatedFlags(t *testing.T) {
+// TestValidateFlags: --node-groups bounds what a node holds; the names of a release that never
+// shipped (--inventory, --inventory-config) are unknown flags.
+func TestValidateFlags(t *testing.T) {
 	noCluster(t)
 	args := []string{"validate", "-f", "testdata/validate/nine.v1beta2.yaml", "-o", "json"}
 	now := run(t, "", append(args, "--cluster-state", clusterStateFile, "--node-groups", "testdata/validate/node-groups.yaml")...)
-	before := run(t, "", append(args, "--inventory", clusterStateFile, "--inventory-config", "testdata/validate/node-groups.yaml")...)
 	if now.code != ExitDenied || !strings.Contains(now.stdout, "no node of driver gpu.example.com holds more than 4") {
 		t.Fatalf("with --node-groups: exit %d, stdout:\n%s\nstderr:\n%s", now.code, now.stdout, now.stderr)
 	}
-	if before.stdout != now.stdout || before.code != now.code {
-		t.Errorf("the old names judge differently: exit %d vs %d\n%s\nvs\n%s", before.code, now.code, before.stdout, now.stdout)
-	}
-	for _, want := range []string{"Flag --inventory has been deprecated, use --cluster-state\n", "Flag --inventory-config has been deprecated, use --node-groups\n"} {
-		if !strings.Contains(before.stderr, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, before.stderr)
+	for _, old := range []string{"--inventory", "--inventory-config"} {
+		got := run(t, "", append(args, old, clusterStateFile)...)
+		if got.code == 0 || !strings.Contains(got.stderr, "unknown flag: "+old) {
+			t.Errorf("%s: exit %d, stderr:\n%s", old, got.code, got.stderr)
 		}
-	}
-	if strings.Contains(now.stderr, "deprecated") {
-		t.Errorf("the new names print a deprecation:\n%s", now.stderr)
-	}
-	help := run(t, "", "validate", "--help")
-	if !strings.Contains(help.stdout, "--cluster-state") || !strings.Contains(help.stdout, "--node-groups") || strings.Contains(help.stdout, "--inventory") {
-		t.Errorf("help:\n%s", help.stdout)
 	}
 }

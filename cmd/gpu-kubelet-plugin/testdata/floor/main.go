@@ -2,7 +2,7 @@
 // be: kubeletplugin.Start with a client-go clientset, eight published devices, and prepare and
 // unprepare that only answer with CDI device IDs (no CDI spec, no checkpoint, no metrics, no
 // inventory). BenchmarkPrepareUnprepare runs it next to gpu-kubelet-plugin on the same claims, so
-// the README can tell what the plugin adds from what the libraries cost.
+// docs/performance.md can tell what the plugin adds from what the libraries cost.
 //
 // It takes the plugin's flags so the benchmark starts both alike; those it has no use for are
 // accepted and ignored.
