@@ -134,19 +134,26 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 }
 
 // SliceList is a list of Slices, as the slice informer's list returns them.
-type SliceList struct {
+type SliceList = CompactList[Slice, *Slice]
+
+// CompactList is a page of the compact objects an informer keeps (a transformed list): client-go's
+// reflector reads its Items and ResourceVersion like any list's.
+type CompactList[T any, PT interface {
+	*T
+	runtime.Object
+}] struct {
 	metav1.TypeMeta
 	metav1.ListMeta
-	Items []Slice
+	Items []T
 }
 
-// DeepCopyObject makes SliceList a runtime.Object.
-func (l *SliceList) DeepCopyObject() runtime.Object {
-	out := &SliceList{TypeMeta: l.TypeMeta}
+// DeepCopyObject makes CompactList a runtime.Object; the copy shares nothing with l.
+func (l *CompactList[T, PT]) DeepCopyObject() runtime.Object {
+	out := &CompactList[T, PT]{TypeMeta: l.TypeMeta}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	out.Items = make([]Slice, len(l.Items))
+	out.Items = make([]T, len(l.Items))
 	for i := range l.Items {
-		out.Items[i] = *l.Items[i].DeepCopyObject().(*Slice)
+		out.Items[i] = *PT(&l.Items[i]).DeepCopyObject().(PT)
 	}
 	return out
 }

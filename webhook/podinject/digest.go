@@ -42,22 +42,7 @@ func (t *templateDigest) DeepCopyObject() runtime.Object {
 }
 
 // templateDigestList is the informer's list.
-type templateDigestList struct {
-	metav1.TypeMeta
-	metav1.ListMeta
-	Items []templateDigest
-}
-
-// DeepCopyObject makes templateDigestList a runtime.Object.
-func (l *templateDigestList) DeepCopyObject() runtime.Object {
-	out := &templateDigestList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	out.Items = make([]templateDigest, len(l.Items))
-	for i := range l.Items {
-		out.Items[i] = *l.Items[i].DeepCopyObject().(*templateDigest)
-	}
-	return out
-}
+type templateDigestList = inventory.CompactList[templateDigest, *templateDigest]
 
 // specDigest is the SHA-256 of a template spec's JSON. encoding/json writes struct fields in
 // declaration order and map keys sorted, and quantities in their canonical form, so the same spec
