@@ -180,8 +180,9 @@ old_manifest() {
   if out=$(kubectl -n "$NS" apply --dry-run=server -f - <<<"$old" 2>&1); then
     add "1.32 template applied as it is (this cluster still serves v1beta1): $out"
   else
+    # kubectl's first line says why; its second is a hint about CRDs that does not apply here.
     add "1.32 template refused by the cluster:"
-    add "  $out"
+    add "  $(head -1 <<<"$out")"
   fi
   out=$("$DRA" upgrade -f - <<<"$old" | kubectl -n "$NS" apply -f - 2>&1)
   add "kubectl dra upgrade -f old.yaml | kubectl apply -f -: $out"
