@@ -2,15 +2,16 @@ package devicestatus
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+	resourcev1beta1 "k8s.io/api/resource/v1beta1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	resourcev1ac "k8s.io/client-go/applyconfigurations/resource/v1"
-	resourcev1beta1ac "k8s.io/client-go/applyconfigurations/resource/v1beta1"
-	resourcev1beta2ac "k8s.io/client-go/applyconfigurations/resource/v1beta2"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -37,72 +38,69 @@ type applyFunc func(ctx context.Context, claim claimRef, want []entry) (stored, 
 
 // applier returns the apply of one resource.k8s.io version. draclient (k8s.io/dynamic-resource-
 // allocation/client), which the rest of the plugin uses, converts between versions but cannot
-// apply; so each version has its own typed apply configuration here. Their JSON is the same.
+// apply. The status.devices entries have the same JSON in every version, so one body, built with
+// v1's apply configuration under the version's apiVersion, serves all three; only the typed answer
+// differs.
 func applier(cs kubernetes.Interface, version, driver, fieldManager string) (applyFunc, error) {
-	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	var patch func(ctx context.Context, c claimRef, body []byte, opts metav1.PatchOptions) (stored, error)
 	switch version {
 	case resourceversion.V1:
-		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
-			status := resourcev1ac.ResourceClaimStatus()
-			for _, e := range want {
-				d := resourcev1ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
-					WithData(runtime.RawExtension{Raw: e.data})
-				if e.shareID != "" {
-					d.WithShareID(e.shareID)
-				}
-				status.WithDevices(d)
-			}
-			got, err := cs.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx,
-				resourcev1ac.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(status), opts)
+		patch = func(ctx context.Context, c claimRef, body []byte, opts metav1.PatchOptions) (stored, error) {
+			got, err := cs.ResourceV1().ResourceClaims(c.Namespace).Patch(ctx, c.Name, types.ApplyPatchType, body, opts, "status")
 			if err != nil {
 				return stored{}, err
 			}
 			return stored{devices: got.Status.Devices, allocated: got.Status.Allocation != nil}, nil
-		}, nil
+		}
 	case resourceversion.V1beta2:
-		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
-			status := resourcev1beta2ac.ResourceClaimStatus()
-			for _, e := range want {
-				d := resourcev1beta2ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
-					WithData(runtime.RawExtension{Raw: e.data})
-				if e.shareID != "" {
-					d.WithShareID(e.shareID)
-				}
-				status.WithDevices(d)
-			}
-			got, err := cs.ResourceV1beta2().ResourceClaims(c.Namespace).ApplyStatus(ctx,
-				resourcev1beta2ac.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(status), opts)
+		patch = func(ctx context.Context, c claimRef, body []byte, opts metav1.PatchOptions) (stored, error) {
+			got, err := cs.ResourceV1beta2().ResourceClaims(c.Namespace).Patch(ctx, c.Name, types.ApplyPatchType, body, opts, "status")
 			if err != nil {
 				return stored{}, err
 			}
-			s := stored{allocated: got.Status.Allocation != nil}
-			for _, d := range got.Status.Devices {
-				s.devices = append(s.devices, v1Status(d.Driver, d.Pool, d.Device, d.ShareID, d.Data))
-			}
-			return s, nil
-		}, nil
+			return storedAs(got.Status.Allocation != nil, got.Status.Devices, func(d resourcev1beta2.AllocatedDeviceStatus) resourceapi.AllocatedDeviceStatus {
+				return v1Status(d.Driver, d.Pool, d.Device, d.ShareID, d.Data)
+			}), nil
+		}
 	case resourceversion.V1beta1:
-		return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
-			status := resourcev1beta1ac.ResourceClaimStatus()
-			for _, e := range want {
-				d := resourcev1beta1ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
-					WithData(runtime.RawExtension{Raw: e.data})
-				if e.shareID != "" {
-					d.WithShareID(e.shareID)
-				}
-				status.WithDevices(d)
-			}
-			got, err := cs.ResourceV1beta1().ResourceClaims(c.Namespace).ApplyStatus(ctx,
-				resourcev1beta1ac.ResourceClaim(c.Name, c.Namespace).WithUID(c.UID).WithStatus(status), opts)
+		patch = func(ctx context.Context, c claimRef, body []byte, opts metav1.PatchOptions) (stored, error) {
+			got, err := cs.ResourceV1beta1().ResourceClaims(c.Namespace).Patch(ctx, c.Name, types.ApplyPatchType, body, opts, "status")
 			if err != nil {
 				return stored{}, err
 			}
-			s := stored{allocated: got.Status.Allocation != nil}
-			for _, d := range got.Status.Devices {
-				s.devices = append(s.devices, v1Status(d.Driver, d.Pool, d.Device, d.ShareID, d.Data))
-			}
-			return s, nil
-		}, nil
+			return storedAs(got.Status.Allocation != nil, got.Status.Devices, func(d resourcev1beta1.AllocatedDeviceStatus) resourceapi.AllocatedDeviceStatus {
+				return v1Status(d.Driver, d.Pool, d.Device, d.ShareID, d.Data)
+			}), nil
+		}
+	default:
+		return nil, fmt.Errorf("resource.k8s.io version %q: no status apply for it", version)
 	}
-	return nil, fmt.Errorf("resource.k8s.io version %q: no status apply for it", version)
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}.ToPatchOptions()
+	return func(ctx context.Context, c claimRef, want []entry) (stored, error) {
+		status := resourcev1ac.ResourceClaimStatus()
+		for _, e := range want {
+			d := resourcev1ac.AllocatedDeviceStatus().WithDriver(driver).WithPool(e.pool).WithDevice(e.device).
+				WithData(runtime.RawExtension{Raw: e.data})
+			if e.shareID != "" {
+				d.WithShareID(e.shareID)
+			}
+			status.WithDevices(d)
+		}
+		claim := resourcev1ac.ResourceClaim(c.Name, c.Namespace).WithAPIVersion(resourceversion.Group + "/" + version).
+			WithUID(c.UID).WithStatus(status)
+		body, err := json.Marshal(claim)
+		if err != nil {
+			return stored{}, fmt.Errorf("claim %s: encode status: %w", c.ref(), err)
+		}
+		return patch(ctx, c, body, opts)
+	}, nil
+}
+
+// storedAs is what a beta version's answer kept, as v1 entries.
+func storedAs[D any](allocated bool, devices []D, toV1 func(D) resourceapi.AllocatedDeviceStatus) stored {
+	s := stored{allocated: allocated}
+	for _, d := range devices {
+		s.devices = append(s.devices, toV1(d))
+	}
+	return s
 }
