@@ -134,8 +134,7 @@ func TestMakeTargetsExist(t *testing.T) {
 }
 
 // workItem matches references to the project's internal planning (an issue, stop or session
-// followed by its number),
-// which mean nothing to a reader of the documentation.
+// followed by its number), which mean nothing to a reader of the documentation.
 var workItem = regexp.MustCompile(`(?i)\b(stop|session|issue)s? [0-9]|\bseed note\b`)
 
 func TestNoWorkItemNumbers(t *testing.T) {
