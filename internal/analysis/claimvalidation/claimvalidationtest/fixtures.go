@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
-	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
@@ -47,31 +47,12 @@ type inventoryFile struct {
 // GPUSlice is what the driver publishes for one node: one pool, devices gpu-<i>; with oddModel,
 // the odd devices are of that model.
 func GPUSlice(node string, n int, model, oddModel string, memory resource.Quantity) *resourceapi.ResourceSlice {
-	s := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + Driver},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   Driver,
-			NodeName: ptr.To(node),
-			Pool:     resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
-		},
-	}
-	for i := range n {
-		m := model
+	return feasibilitytest.GPUSlice(node, n, func(i int) string {
 		if oddModel != "" && i%2 == 1 {
-			m = oddModel
+			return oddModel
 		}
-		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
-			Name: fmt.Sprintf("gpu-%d", i),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				deviceschema.AttrIndex:         {IntValue: ptr.To(int64(i))},
-				deviceschema.AttrUUID:          {StringValue: ptr.To(fmt.Sprintf("gpu-%s-%d", node, i))},
-				deviceschema.AttrModel:         {StringValue: ptr.To(m)},
-				deviceschema.AttrDriverVersion: {VersionValue: ptr.To(deviceschema.DefaultDriverVersion)},
-			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{deviceschema.CapMemory: {Value: memory}},
-		})
-	}
-	return s
+		return model
+	}, memory.String())
 }
 
 func nicSlice(node string, n int) *resourceapi.ResourceSlice {
