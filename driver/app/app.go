@@ -106,7 +106,7 @@ type instance struct {
 	resourceVersion string
 	driver          *plugin.Driver
 	metrics         *metrics.Metrics
-	// sharing decides, once per API server, whether node groups may publish shared GPUs.
+	// sharing decides whether node groups may publish shared GPUs, asked again periodically.
 	sharing *plugin.SharingGate
 
 	stopStatus  func()
@@ -290,6 +290,9 @@ func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupS
 	watcher := &plugin.NodeGroupWatcher{
 		NodeName: p.o.NodeName, ConfigPath: p.o.NodeGroupsFile, Interval: p.o.NodeGroupsPollInterval,
 		Client: p.client, Driver: p.driver, Publisher: p.publisher, Current: published, Sharing: p.sharing,
+		// What the API server serves is asked again under the running plugin: a control-plane
+		// upgrade turns sharing, partitions and device taints on without a plugin restart.
+		Taints: p.publisher,
 	}
 	watchCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -108,9 +109,9 @@ func probeSlice(driverName, nodeName string, devices ...resourceapi.Device) *res
 
 // SharingGate decides what a node group publishes: its sharing mode where the API server keeps
 // the fields the mode needs, else exclusive, said once per node group. Each mode's probe runs
-// once, before the first publish of a group in that mode, and its answer is kept: a feature gate
-// changes only with an API server restart, and the library's dropped-fields check catches that
-// case.
+// before the first publish of a group in that mode, and its answer is kept until Refresh asks
+// again: a feature gate changes only with an API server restart, which an upgrade of the control
+// plane is, and the plugin must not need a restart of its own to follow.
 type SharingGate struct {
 	// ConsumableCapacity returns why shared-memory GPUs are not kept ("" when they are).
 	ConsumableCapacity func(ctx context.Context) (string, error)
@@ -159,14 +160,69 @@ func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegrou
 	return spec
 }
 
+// modeFeatures names the Kubernetes feature gate that serves each mode, for the log.
+var modeFeatures = map[nodegroups.SharingMode]string{
+	nodegroups.SharedMemory: "DRAConsumableCapacity",
+	nodegroups.Partitioned:  "DRAPartitionableDevices",
+}
+
+// Refresh probes again every mode probed so far and reports whether any answer changed, so that
+// the caller re-publishes: after a control-plane upgrade that serves a mode (1.36 turns both on),
+// its groups publish shared GPUs without a plugin restart. Each change is logged once; a group
+// that falls back again afterwards says so again. A failed probe keeps the answer it had.
+func (g *SharingGate) Refresh(ctx context.Context) bool {
+	if g == nil {
+		return false
+	}
+	g.mutex.Lock()
+	defer g.mutex.Unlock()
+	logger := klog.FromContext(ctx)
+	changed := false
+	for _, mode := range []nodegroups.SharingMode{nodegroups.SharedMemory, nodegroups.Partitioned} {
+		before, probed := g.probed[mode]
+		if !probed {
+			continue
+		}
+		layout := g.layout
+		reason, err := g.probe(ctx, mode)
+		if err != nil {
+			logger.V(2).Info("Re-probing the API server failed; keeping the last answer", "mode", mode, "err", err)
+			continue
+		}
+		g.probed[mode] = reason
+		if reason == before && g.layout == layout {
+			continue
+		}
+		changed = true
+		switch {
+		case reason == "" && before == "":
+			// 1.34 with the gate on wants counter sets beside their devices, 1.35+ apart.
+			logger.Info("API server wants partitionable devices' counter sets elsewhere now; re-publishing", "layout", g.layout)
+		case reason == "":
+			logger.Info("API server now serves a DRA feature; re-publishing", "feature", modeFeatures[mode], "mode", mode)
+		default:
+			logger.Info("API server no longer serves a DRA feature; re-publishing", "feature", modeFeatures[mode], "mode", mode, "reason", reason)
+		}
+		// The fallback line is said again for each group if the mode goes away again.
+		for key := range g.logged {
+			if strings.HasSuffix(key, "/"+string(mode)) {
+				delete(g.logged, key)
+			}
+		}
+	}
+	return changed
+}
+
 func (g *SharingGate) probe(ctx context.Context, mode nodegroups.SharingMode) (string, error) {
 	if mode == nodegroups.SharedMemory {
 		return g.ConsumableCapacity(ctx)
 	}
 	layout, reason, err := g.Partitionable(ctx)
+	if before, seen := g.probed[mode]; err == nil && reason == "" && (!seen || before != "" || g.layout != layout) {
+		klog.FromContext(ctx).Info("API server keeps partitionable devices", "layout", layout)
+	}
 	if err == nil && reason == "" {
 		g.layout = layout
-		klog.FromContext(ctx).Info("API server keeps partitionable devices", "layout", layout)
 	}
 	return reason, err
 }
