@@ -39,46 +39,36 @@ func (s *apiServer) set(f func(*apiServer)) {
 	f(s)
 }
 
-func (s *apiServer) gate() *SharingGate {
-	return &SharingGate{
-		ConsumableCapacity: func(context.Context) (string, error) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.probes++
-			switch {
-			case s.down:
-				return "", errors.New("connection refused")
-			case s.capacity:
-				return "", nil
-			}
-			return "API server drops allowMultipleAllocations (DRAConsumableCapacity off)", nil
-		},
-		Partitionable: func(context.Context) (CounterLayout, string, error) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.probes++
-			switch {
-			case s.down:
-				return 0, "", errors.New("connection refused")
-			case s.counters:
-				return s.layout, "", nil
-			}
-			return 0, "API server drops sharedCounters (DRAPartitionableDevices off)", nil
-		},
-	}
-}
-
-func (s *apiServer) probeTaints(context.Context) (string, error) {
+// probe answers one probe: why the field is dropped ("" when kept by the feature read under the
+// lock), or the error of an API server that is down.
+func (s *apiServer) probe(kept func() bool, dropped string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.probes++
 	switch {
 	case s.down:
 		return "", errors.New("connection refused")
-	case s.taints:
+	case kept():
 		return "", nil
 	}
-	return "API server drops devices[].taints", nil
+	return dropped, nil
+}
+
+func (s *apiServer) gate() *SharingGate {
+	return &SharingGate{
+		ConsumableCapacity: func(context.Context) (string, error) {
+			return s.probe(func() bool { return s.capacity }, "API server drops allowMultipleAllocations (DRAConsumableCapacity off)")
+		},
+		Partitionable: func(context.Context) (CounterLayout, string, error) {
+			var layout CounterLayout
+			reason, err := s.probe(func() bool { layout = s.layout; return s.counters }, "API server drops sharedCounters (DRAPartitionableDevices off)")
+			return layout, reason, err
+		},
+	}
+}
+
+func (s *apiServer) probeTaints(context.Context) (string, error) {
+	return s.probe(func() bool { return s.taints }, "API server drops devices[].taints")
 }
 
 // TestSharingGateRefresh: a gate that fell back re-probes on Refresh and follows the API server

@@ -212,7 +212,10 @@ func (s *scenario) helmUpgrade(t *testing.T) {
 	s.stillRunning(t, s.keepers...)
 }
 
-func (s *scenario) kubeletTo134(t *testing.T) {
+// kubeletTo drains the node, stopping the pods kept so far, upgrades the kubelet to version and
+// waits for the webhook.
+func (s *scenario) kubeletTo(t *testing.T, version string) {
+	t.Helper()
 	// Upstream does not support in-place minor kubelet upgrades: drain first. On one node the
 	// webhook's PodDisruptionBudget cannot be met (its replicas have nowhere to go), so pods are
 	// deleted rather than evicted.
@@ -222,20 +225,24 @@ func (s *scenario) kubeletTo134(t *testing.T) {
 		s.stopPod(t, p.name)
 	}
 	s.keepers = nil
-	s.upgrade(t, "kubelet", to)
+	s.upgrade(t, "kubelet", version)
 	s.c.Kubectl(t, "uncordon", node)
-	if v := s.versions(t); v != "v"+to+"/v"+to {
-		t.Fatalf("control plane/kubelet are %s, want v%s on both", v, to)
+	if v := s.versions(t); v != "v"+version+"/v"+version {
+		t.Fatalf("control plane/kubelet are %s, want v%s on both", v, version)
 	}
 	s.waitWebhook(t)
 	// Drain leaves the DaemonSet's plugin running; the new kubelet finds its sockets. Whether the
 	// new kubelet restarted the container (its spec hash may differ between minors) is reported,
 	// not required: in-place kubelet upgrades are outside upstream's support.
 	if now := s.pluginPod(t); now.containerID != s.plugin.containerID {
-		t.Logf("the 1.34 kubelet restarted the plugin's container (%s -> %s)", s.plugin.containerID, now.containerID)
+		t.Logf("the v%s kubelet restarted the plugin's container (%s -> %s)", version, s.plugin.containerID, now.containerID)
 	} else {
 		t.Logf("the plugin's container kept running across the kubelet upgrade")
 	}
+}
+
+func (s *scenario) kubeletTo134(t *testing.T) {
+	s.kubeletTo(t, to)
 	s.waitDevices(t, 8)
 	s.startPod(t, framework.ClaimPod("standalone-after-kubelet", "standalone"), 1)
 	s.stopPod(t, "standalone-after-kubelet")

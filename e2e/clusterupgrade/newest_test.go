@@ -202,23 +202,7 @@ func (s *newestScenario) notNoticed(t *testing.T) {
 }
 
 func (s *newestScenario) kubeletToNewest(t *testing.T) {
-	// In-place minor kubelet upgrades are outside upstream's support: drain first. On one node the
-	// webhook's PodDisruptionBudget cannot be met, so pods are deleted rather than evicted.
-	node := s.c.NodeName
-	s.c.Kubectl(t, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--disable-eviction", "--timeout=100s")
-	for _, p := range s.keepers {
-		s.stopPod(t, p.name)
-	}
-	s.keepers = nil
-	s.upgrade(t, "kubelet", newestRelease)
-	s.c.Kubectl(t, "uncordon", node)
-	if v := s.versions(t); v != "v"+newestRelease+"/v"+newestRelease {
-		t.Fatalf("control plane/kubelet are %s, want v%s on both", v, newestRelease)
-	}
-	s.waitWebhook(t)
-	if now := s.pluginPod(t); now.containerID != s.plugin.containerID {
-		t.Logf("the v%s kubelet restarted the plugin's container (%s -> %s)", newestRelease, s.plugin.containerID, now.containerID)
-	}
+	s.kubeletTo(t, newestRelease)
 	s.plugin = s.pluginPod(t)
 	s.waitPublished(t, "8 shared-memory GPUs", sharedGPUs, 2*time.Minute)
 	// The drain replaced the webhook's pods from the same ReplicaSet: no rollout.
