@@ -47,23 +47,31 @@ type scenario struct {
 	plugin  runningPod
 }
 
-func TestSeedUpgrade(t *testing.T) {
+// newScenario is the scenario on the local cluster that target (its make target) started, whose
+// control plane and kubelet must both be of release; its pods go to a namespace named after prefix.
+func newScenario(t *testing.T, release, prefix, target string) *scenario {
+	t.Helper()
 	c := framework.Setup(t)
 	c.RequireLocal(t, "restarts the cluster's control plane and kubelet in place")
 	s := &scenario{c: c, script: os.Getenv("GPU_DRA_UPGRADE_SCRIPT")}
 	if s.script == "" {
-		t.Fatal("GPU_DRA_UPGRADE_SCRIPT is not set: run this scenario with `make e2e-upgrade`")
+		t.Fatalf("GPU_DRA_UPGRADE_SCRIPT is not set: run this scenario with `%s`", target)
 	}
-	if v := s.versions(t); v != "v"+from+"/v"+from {
-		t.Fatalf("control plane/kubelet are %s, want v%s on both: `make e2e-upgrade` starts that cluster", v, from)
+	if v := s.versions(t); v != "v"+release+"/v"+release {
+		t.Fatalf("control plane/kubelet are %s, want v%s on both: `%s` starts that cluster", v, release, target)
 	}
-	s.ns = c.Namespace(t, "upgrade")
+	s.ns = c.Namespace(t, prefix)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := c.KubectlErr("-n", framework.ReleaseNS, "get", "all,events", "-o", "wide")
 			t.Logf("release namespace at failure:\n%s", out)
 		}
 	})
+	return s
+}
+
+func TestSeedUpgrade(t *testing.T) {
+	s := newScenario(t, from, "upgrade", "make e2e-upgrade")
 	steps := []struct {
 		name string
 		run  func(t *testing.T)

@@ -52,22 +52,7 @@ type newestScenario struct {
 }
 
 func TestNewestUpgrade(t *testing.T) {
-	c := framework.Setup(t)
-	c.RequireLocal(t, "restarts the cluster's control plane and kubelet in place")
-	s := &newestScenario{scenario: &scenario{c: c, script: os.Getenv("GPU_DRA_UPGRADE_SCRIPT")}, stored: localEtcd()}
-	if s.script == "" {
-		t.Fatal("GPU_DRA_UPGRADE_SCRIPT is not set: run this scenario with `make e2e-upgrade-newest`")
-	}
-	if v := s.versions(t); v != "v"+seedRelease+"/v"+seedRelease {
-		t.Fatalf("control plane/kubelet are %s, want v%s on both: `make e2e-upgrade-newest` starts that cluster", v, seedRelease)
-	}
-	s.ns = c.Namespace(t, "newest")
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := c.KubectlErr("-n", framework.ReleaseNS, "get", "all,events", "-o", "wide")
-			t.Logf("release namespace at failure:\n%s", out)
-		}
-	})
+	s := &newestScenario{scenario: newScenario(t, seedRelease, "newest", "make e2e-upgrade-newest"), stored: localEtcd()}
 	type step struct {
 		name string
 		run  func(t *testing.T)
