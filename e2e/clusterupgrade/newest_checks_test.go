@@ -149,17 +149,26 @@ func (s *newestScenario) kubectlDra(t *testing.T, args ...string) (string, int) 
 	return "", 0
 }
 
-// wantSafe checks what kubectl dra preflight said: its exit status and its verdict.
+// wantSafe checks what kubectl dra preflight said (checkVerdict).
 func wantSafe(t *testing.T, what, out string, code int, safe bool) {
 	t.Helper()
-	said := strings.ToLower(out)
-	notSafe := strings.Contains(said, "not safe")
-	switch {
-	case safe && (code != 0 || notSafe || !strings.Contains(said, "safe")):
-		t.Errorf("%s: exit %d, want 0 and \"safe\":\n%s", what, code, out)
-	case !safe && (code == 0 || !notSafe):
-		t.Errorf("%s: exit %d, want non-zero and \"not safe\":\n%s", what, code, out)
+	if err := checkVerdict(out, code, safe); err != nil {
+		t.Errorf("%s: %v:\n%s", what, err, out)
 	}
+}
+
+// checkVerdict compares kubectl dra preflight's exit status (0 safe, non-zero otherwise) and its
+// verdict, the first line ("Upgrade to Kubernetes 1.38: SAFE" or "NOT SAFE"), with safe.
+func checkVerdict(out string, code int, safe bool) error {
+	verdict, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(out)), "\n")
+	notSafe := strings.Contains(verdict, "not safe")
+	switch {
+	case safe && (code != 0 || notSafe || !strings.Contains(verdict, "safe")):
+		return fmt.Errorf("exit %d, verdict %q; want 0 and safe", code, verdict)
+	case !safe && (code == 0 || !notSafe):
+		return fmt.Errorf("exit %d, verdict %q; want non-zero and not safe", code, verdict)
+	}
+	return nil
 }
 
 func (s *newestScenario) preflightBefore(t *testing.T) {
