@@ -108,10 +108,11 @@ func probeSlice(driverName, nodeName string, devices ...resourceapi.Device) *res
 }
 
 // SharingGate decides what a node group publishes: its sharing mode where the API server keeps
-// the fields the mode needs, else exclusive, said once per node group. Each mode's probe runs
-// before the first publish of a group in that mode, and its answer is kept until Refresh asks
-// again: a feature gate changes only with an API server restart, which an upgrade of the control
-// plane is, and the plugin must not need a restart of its own to follow.
+// the fields the mode needs, else what it keeps of the mode (exclusive, or for shared partitions
+// plain partitions), said once per node group. Each mode's probe runs before the first publish of a
+// group in that mode, and its answer is kept until Refresh asks again: a feature gate changes only
+// with an API server restart, which an upgrade of the control plane is, and the plugin must not
+// need a restart of its own to follow.
 type SharingGate struct {
 	// ConsumableCapacity returns why shared-memory GPUs are not kept ("" when they are).
 	ConsumableCapacity func(ctx context.Context) (string, error)
@@ -131,7 +132,9 @@ var probedFields = map[nodegroups.SharingMode]string{
 	nodegroups.Partitioned:  "sharedCounters",
 }
 
-// Effective is the spec to publish for the named group.
+// Effective is the spec to publish for the named group. A shared-partitions group needs both
+// fields: without consumable capacity it publishes plain partitions, without partitionable devices
+// exclusive GPUs.
 func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegroups.GroupSpec) nodegroups.GroupSpec {
 	want := spec.ModeOf()
 	if want == nodegroups.Exclusive {
@@ -139,24 +142,23 @@ func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegrou
 	}
 	g.mutex.Lock()
 	defer g.mutex.Unlock()
-	reason, probed := g.probed[want]
-	if !probed {
-		var err error
-		if reason, err = g.probe(ctx, want); err != nil {
-			// Not remembered: the next inventory change probes again.
-			reason = fmt.Sprintf("cannot tell whether the API server keeps %s: %v", probedFields[want], err)
-		} else {
-			if g.probed == nil {
-				g.probed = map[nodegroups.SharingMode]string{}
-			}
-			g.probed[want] = reason
-		}
+	needs := []nodegroups.SharingMode{want}
+	if want == nodegroups.SharedPartitions {
+		needs = []nodegroups.SharingMode{nodegroups.Partitioned, nodegroups.SharedMemory}
 	}
-	if reason == "" {
+	for _, need := range needs {
+		reason := g.reason(ctx, need)
+		if reason == "" {
+			continue
+		}
+		fallback := &nodegroups.Sharing{Mode: nodegroups.Exclusive}
+		if want == nodegroups.SharedPartitions && need == nodegroups.SharedMemory {
+			fallback = &nodegroups.Sharing{Mode: nodegroups.Partitioned, Partitions: spec.Sharing.Partitions}
+		}
+		g.fallBack(ctx, group, want, fallback.Mode, reason)
+		spec.Sharing = fallback
 		return spec
 	}
-	g.fallBack(ctx, group, want, reason)
-	spec.Sharing = &nodegroups.Sharing{Mode: nodegroups.Exclusive}
 	return spec
 }
 
@@ -205,12 +207,31 @@ func (g *SharingGate) Refresh(ctx context.Context) bool {
 		}
 		// The fallback line is said again for each group if the mode goes away again.
 		for key := range g.logged {
-			if strings.HasSuffix(key, "/"+string(mode)) {
+			if strings.HasSuffix(key, "/"+string(mode)) || strings.HasSuffix(key, "/"+string(nodegroups.SharedPartitions)) {
 				delete(g.logged, key)
 			}
 		}
 	}
 	return changed
+}
+
+// reason is why the API server does not keep what mode needs ("" when it does), probed once
+// per mode. The caller holds the mutex.
+func (g *SharingGate) reason(ctx context.Context, mode nodegroups.SharingMode) string {
+	reason, probed := g.probed[mode]
+	if probed {
+		return reason
+	}
+	reason, err := g.probe(ctx, mode)
+	if err != nil {
+		// Not remembered: the next inventory change probes again.
+		return fmt.Sprintf("cannot tell whether the API server keeps %s: %v", probedFields[mode], err)
+	}
+	if g.probed == nil {
+		g.probed = map[nodegroups.SharingMode]string{}
+	}
+	g.probed[mode] = reason
+	return reason
 }
 
 func (g *SharingGate) probe(ctx context.Context, mode nodegroups.SharingMode) (string, error) {
@@ -238,7 +259,7 @@ func (g *SharingGate) Layout() CounterLayout {
 	return g.layout
 }
 
-func (g *SharingGate) fallBack(ctx context.Context, group string, want nodegroups.SharingMode, reason string) {
+func (g *SharingGate) fallBack(ctx context.Context, group string, want, to nodegroups.SharingMode, reason string) {
 	if g.logged == nil {
 		g.logged = map[string]bool{}
 	}
@@ -247,5 +268,5 @@ func (g *SharingGate) fallBack(ctx context.Context, group string, want nodegroup
 		return
 	}
 	g.logged[key] = true
-	klog.FromContext(ctx).Info("Node group sharing falls back to exclusive", "group", group, "want", want, "reason", reason)
+	klog.FromContext(ctx).Info("Node group sharing falls back to "+string(to), "group", group, "want", want, "reason", reason)
 }
