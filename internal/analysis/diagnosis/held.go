@@ -23,7 +23,8 @@ type Held struct {
 	view   *feasibility.View
 	claims ClaimLister
 	// interval is the least time between the starts of two rebuilds: the events of a burst of
-	// claim changes are coalesced into one.
+	// claim changes are coalesced into one. A rebuild that took long makes the next wait longer
+	// (rebuildShare).
 	interval time.Duration
 
 	// state is the last fleet built, read by reviews without a lock.
@@ -32,7 +33,8 @@ type Held struct {
 	mu sync.Mutex
 	// running: a rebuild goroutine is on its way; again: something changed since it started.
 	running, again bool
-	lastStart      time.Time
+	// notBefore is when the next rebuild may start.
+	notBefore time.Time
 	// published is closed, and replaced, each time a rebuild ends: reviews waiting for a fleet
 	// of their snapshot look again.
 	published chan struct{}
@@ -49,9 +51,9 @@ type ClaimLister interface {
 // HeldOption configures a Held.
 type HeldOption func(*Held)
 
-// WithRebuildInterval sets the least time between two rebuilds of the fleet (default
-// DefaultRebuildInterval): a rebuild reads every claim and device, so with claims changing
-// all the time it bounds the share of a CPU the rebuilds take.
+// WithRebuildInterval sets the least time between the starts of two rebuilds of the fleet
+// (default DefaultRebuildInterval): a rebuild reads every claim and device, and with claims
+// changing all the time the interval is how stale the held-now warning may be.
 func WithRebuildInterval(d time.Duration) HeldOption { return func(h *Held) { h.interval = d } }
 
 // DefaultRebuildInterval: at 40,000 claims a rebuild takes a quarter of a second of one CPU.

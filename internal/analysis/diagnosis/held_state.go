@@ -61,23 +61,30 @@ func (h *Held) kick() <-chan struct{} {
 		h.again = true
 	} else {
 		h.running = true
-		go h.rebuild(h.interval - time.Since(h.lastStart))
+		go h.rebuild(time.Until(h.notBefore))
 	}
 	return h.published
 }
 
-// rebuild builds fleets until nothing changed during the last build, each at least interval
-// after the previous one started: the waits coalesce a burst of changes into one build.
+// rebuildShare: rebuilds one after the other take at most 1/rebuildShare of one CPU, however
+// large the fleet and however often claims change.
+const rebuildShare = 5
+
+// rebuild builds fleets until nothing changed during the last build, each starting at least the
+// interval, and rebuildShare times the last build's duration, after the previous one did: the
+// waits coalesce a burst of changes into one build.
 func (h *Held) rebuild(delay time.Duration) {
 	for {
 		if delay > 0 {
 			time.Sleep(delay)
 		}
+		start := time.Now()
 		h.mu.Lock()
-		h.again, h.lastStart = false, time.Now()
+		h.again = false
 		h.mu.Unlock()
 		st, err := h.build()
 		h.mu.Lock()
+		h.notBefore = start.Add(max(h.interval, rebuildShare*time.Since(start)))
 		if err == nil {
 			h.state.Store(st)
 		}
@@ -91,7 +98,7 @@ func (h *Held) rebuild(delay time.Duration) {
 			h.mu.Unlock()
 			return
 		}
-		delay = h.interval - time.Since(h.lastStart)
+		delay = time.Until(h.notBefore)
 		h.mu.Unlock()
 	}
 }
