@@ -1,7 +1,6 @@
 package resourceversion
 
 import (
-	"os"
 	"reflect"
 	"testing"
 
@@ -13,15 +12,7 @@ import (
 // v1 claim or template, object and error alike. Seeds: every input and v1 form of the upgrade
 // cases, as JSON, sent as both kinds.
 func FuzzDecodeJSON(f *testing.F) {
-	data, err := os.ReadFile("testdata/cases.yaml")
-	if err != nil {
-		f.Fatal(err)
-	}
-	var cases []upgradeCase
-	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		f.Fatal(err)
-	}
-	for _, tc := range cases {
+	for _, tc := range upgradeCases(f) {
 		for _, doc := range []string{tc.Input, tc.Want} {
 			if j, err := yaml.YAMLToJSON([]byte(doc)); err == nil && doc != "" {
 				f.Add(j, true)

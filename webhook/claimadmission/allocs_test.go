@@ -5,8 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -27,15 +25,7 @@ func (d *discard) WriteHeader(int)             {}
 func TestCachedTemplateReviewAllocs(t *testing.T) {
 	const most = 80
 	h := &Handler{Validator: newValidator(t, benchCluster(t, 1000))}
-	raw, err := os.ReadFile(filepath.Join(testdata, "valid", "seed-v1.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, _, err := unstructuredFor(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := reviewBody(t, obj)
+	body := reviewBody(t, validObject(t, "seed-v1"))
 	reader := bytes.NewReader(body)
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "/validate-resource-claim", reader)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -129,4 +131,18 @@ func unstructuredFor(raw []byte) (runtime.Object, *resourceversion.Object, error
 		m.SetNamespace("default")
 	}
 	return typed, obj, nil
+}
+
+// validObject decodes testdata's valid/<name>.yaml in the version it is written in.
+func validObject(tb testing.TB, name string) runtime.Object {
+	tb.Helper()
+	raw, err := os.ReadFile(filepath.Join(testdata, "valid", name+".yaml"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	obj, _, err := unstructuredFor(raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return obj
 }

@@ -1,14 +1,10 @@
 package claimadmission
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -19,16 +15,9 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/gpu-dra/gpu-dra/webhook/reviewbody"
 )
-
-// maxReviewSize is controller-runtime's limit for an AdmissionReview body.
-const maxReviewSize = 7 << 20
-
-// maxPooledBody: a buffer grown past it by a large review is left to the garbage collector.
-const maxPooledBody = 64 << 10
-
-// bodyBuffers are the buffers reviews are read into; the decoded review keeps no reference to them.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // claimReview is the part of an AdmissionReview the handler reads. The object stays raw: Handle
 // decodes it in the version the review names.
@@ -100,33 +89,20 @@ func readClaimReview(r *http.Request) (*claimReview, int32, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		return nil, http.StatusBadRequest, fmt.Errorf("contentType=%s, expected application/json", ct)
 	}
-	if r.Body == nil {
-		return nil, http.StatusBadRequest, errors.New("request body is empty")
-	}
-	defer r.Body.Close()
-	// Read as it arrives, never sized from Content-Length: a client that announces 7 MB and sends
-	// nothing must hold nothing.
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			bodyBuffers.Put(buf)
-		}
-	}()
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, maxReviewSize+1)); err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("read AdmissionReview: %w", err)
-	}
-	if buf.Len() > maxReviewSize {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview larger than %d bytes", maxReviewSize)
-	}
 	review := &claimReview{}
-	// encoding/json/v2 refuses what the API machinery accepts (duplicate names, invalid UTF-8):
-	// such a review is decoded again the way admission.Webhook decodes it.
-	if err := jsonv2.Unmarshal(buf.Bytes(), review); err != nil {
-		review = &claimReview{}
-		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(buf.Bytes(), review); err != nil {
-			return nil, http.StatusBadRequest, fmt.Errorf("decode AdmissionReview: %w", err)
+	code, err := reviewbody.Read(r, func(body []byte) (int32, error) {
+		// encoding/json/v2 refuses what the API machinery accepts (duplicate names, invalid
+		// UTF-8): such a review is decoded again the way admission.Webhook decodes it.
+		if err := jsonv2.Unmarshal(body, review); err != nil {
+			*review = claimReview{}
+			if err := sigsjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+				return http.StatusBadRequest, fmt.Errorf("decode AdmissionReview: %w", err)
+			}
 		}
+		return 0, nil
+	})
+	if err != nil {
+		return nil, code, err
 	}
 	if review.Kind != "AdmissionReview" || (review.APIVersion != admissionv1.SchemeGroupVersion.String() && review.APIVersion != admissionv1beta1.SchemeGroupVersion.String()) {
 		return nil, http.StatusBadRequest, fmt.Errorf("apiVersion %q, kind %q: want an AdmissionReview of admission.k8s.io/v1 or v1beta1", review.APIVersion, review.Kind)
