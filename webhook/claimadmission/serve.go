@@ -41,8 +41,8 @@ type reviewRequest struct {
 // included. admission.Webhook decodes a review with the API machinery's universal deserializer,
 // which scans the body several times and copies the object out before Handle decodes it again:
 // at thousands of template reviews a second those allocations are what the garbage collector
-// spends its time on, and its pauses are the tail. Here the envelope is decoded in one pass into a
-// pooled buffer's worth of fields, and the object is handed to Handle as it arrived.
+// spends its time on, and its pauses are the tail. Here the body is read into a pooled buffer, the
+// envelope decoded in one pass, and the object handed to Handle as it arrived.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	logger := klog.FromContext(r.Context())
 	review, code, err := readClaimReview(r)
