@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sort"
 	"syscall"
 	"testing"
@@ -47,15 +46,7 @@ func BenchmarkValidate(b *testing.B) {
 	files := []string{"seed-v1beta1", "seed-v1", "first-available", "constraints", "multiple-requests", "all-mode", "opaque-config", "single-claim"}
 	var objs []runtime.Object
 	for _, f := range files {
-		raw, err := os.ReadFile(filepath.Join(testdata, "valid", f+".yaml"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		obj, _, err := unstructuredFor(raw)
-		if err != nil {
-			b.Fatal(err)
-		}
-		objs = append(objs, obj)
+		objs = append(objs, validObject(b, f))
 	}
 	for _, mode := range []struct {
 		name string
