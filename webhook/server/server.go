@@ -204,7 +204,7 @@ func (h *handlers) run(ctx context.Context) {
 // routes are the handlers by the path the webhook serves each at.
 func (h *handlers) routes() map[string]http.Handler {
 	return map[string]http.Handler{
-		ValidateClaimPath:              &admission.Webhook{Handler: &claimadmission.Handler{Validator: h.validator}},
+		ValidateClaimPath:              &claimadmission.Handler{Validator: h.validator},
 		claimadmission.AdminAccessPath: &admission.Webhook{Handler: &claimadmission.AdminAccessHandler{Support: h.cluster, Namespaces: h.cluster}},
 		podinject.Path:                 h.injector,
 	}
