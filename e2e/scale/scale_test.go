@@ -10,7 +10,8 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok", GOMemLimit: "128MiB", BaselineAssets: "assets"}
+	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok", GOMemLimit: "128MiB", BaselineAssets: "assets",
+		Claims: 0.5, ClaimsRates: []int{1000, 2000}, ChurnRate: 100, ReviewDeadline: 100 * time.Millisecond, Upstream: "dra-example-webhook"}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid options refused: %v", err)
 	}
@@ -117,7 +118,7 @@ func TestCompare(t *testing.T) {
 		{"too few quiet: all count", []pair{p(10*ms, 1*ms, 20), p(4*ms, 2*ms, 0), p(3*ms, 2*ms, 30)}, 1, 2, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := compare(tc.pairs)
+			c := compare(tc.pairs, baselineLabel)
 			if c.Fleet != tc.pairs[tc.want].fleet || c.Base != tc.pairs[tc.want].base || c.Ratio != tc.ratio || c.Quiet != tc.quiet || len(c.Pairs) != len(tc.pairs) {
 				t.Errorf("median ratio %.2f (%s / %s) of %d; want pair %d, ratio %.2f of %d", c.Ratio, c.Fleet.P99(), c.Base.P99(), c.Quiet, tc.want, tc.ratio, tc.quiet)
 			}

@@ -37,6 +37,10 @@ type chart struct {
 	mutating   *admissionregistrationv1.MutatingWebhookConfiguration
 	command    []string
 	namespace  string
+	// memoryLimit (bytes) and gogc are the webhook container's memory limit and GOGC: how the
+	// chart runs it, which a restart's peak is measured with.
+	memoryLimit int64
+	gogc        string
 }
 
 func readChart(path string) (*chart, error) {
@@ -73,6 +77,12 @@ func readChart(path string) (*chart, error) {
 			for _, ctr := range dep.Spec.Template.Spec.Containers {
 				if ctr.Name == "webhook" {
 					c.command, c.namespace = ctr.Command, dep.Namespace
+					c.memoryLimit = ctr.Resources.Limits.Memory().Value()
+					for _, e := range ctr.Env {
+						if e.Name == "GOGC" {
+							c.gogc = e.Value
+						}
+					}
 				}
 			}
 			continue
@@ -226,6 +236,8 @@ func (c *chart) path(cc admissionregistrationv1.WebhookClientConfig) string {
 	return "/"
 }
 
+func (w *webhook) pid() int { return w.cmd.Process.Pid }
+
 func (w *webhook) url() string { return fmt.Sprintf("https://localhost:%d", w.port) }
 
 // waitReady waits for /readyz: server up and inventory caches synced.
@@ -268,8 +280,27 @@ type memory struct {
 }
 
 func (w *webhook) memory() (memory, error) {
+	m, err := procMemory(w.cmd.Process.Pid)
+	if err != nil {
+		return m, err
+	}
+	v, err := w.metricValue("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return m, err
+	}
+	m.HeapInuse = int64(v)
+	next, err := w.metricValue("go_memstats_next_gc_bytes")
+	if err != nil {
+		return m, err
+	}
+	m.Live = int64(next / (1 + float64(w.gogc)/100))
+	return m, nil
+}
+
+// procMemory reads a process's resident memory from /proc.
+func procMemory(pid int) (memory, error) {
 	var m memory
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return m, err
 	}
@@ -290,17 +321,7 @@ func (w *webhook) memory() (memory, error) {
 			m.Anon = kb << 10
 		}
 	}
-	v, err := w.metricValue("go_memstats_heap_inuse_bytes")
-	if err != nil {
-		return m, err
-	}
-	m.HeapInuse = int64(v)
-	next, err := w.metricValue("go_memstats_next_gc_bytes")
-	if err != nil {
-		return m, err
-	}
-	m.Live = int64(next / (1 + float64(w.gogc)/100))
-	return m, nil
+	return m, s.Err()
 }
 
 // metricValue reads one unlabelled sample from the webhook's /metrics.
