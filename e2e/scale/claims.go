@@ -196,10 +196,17 @@ func (h *holder) set(ctx context.Context, i int, allocate bool) error {
 	return nil
 }
 
-// churn changes the allocations at rate for changes changes (churnStep).
-func (h *holder) churn(ctx context.Context, rate, changes int) *result {
-	return drive(ctx, "claims churn", rate, changes, func(ctx context.Context, i int) error {
+// churn changes the allocations at rate for changes changes (churnStep), then allocates again
+// whatever the last of them left deallocated.
+func (h *holder) churn(ctx context.Context, rate, changes int) (*result, error) {
+	res := drive(ctx, "claims churn", rate, changes, func(ctx context.Context, i int) error {
 		claim, allocate := churnStep(i, changes, h.claims)
 		return h.set(ctx, claim, allocate)
 	})
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(h.workers)
+	for i := range min(h.claims, max((changes+1)/2, 1)) {
+		g.Go(func() error { return h.set(gctx, i, true) })
+	}
+	return res, g.Wait()
 }

@@ -83,7 +83,9 @@ func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) 
 	if cr.Restart, err = restartedMemory(ctx, r.ch, asChart); err != nil {
 		return nil, err
 	}
-	r.claimsDirect(ctx, n, cr, h)
+	if err := r.claimsDirect(ctx, n, cr, h); err != nil {
+		return nil, err
+	}
 	if cr.Status, err = timeKubectlDra(ctx, r.o.KubectlDra, r.o.Kubeconfig, "status"); err != nil {
 		return nil, err
 	}
@@ -101,7 +103,7 @@ func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) 
 // claimsDirect runs the loads straight to the webhook with the claims in place, with the
 // controllers paused if asked: templates and pods at every claims rate against the baseline,
 // then templates while the claims churn.
-func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *holder) {
+func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *holder) error {
 	if r.o.PauseControllers {
 		defer pauseControllers(r.logger)()
 	}
@@ -110,15 +112,19 @@ func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *h
 		cr.Pods = append(cr.Pods, r.againstBaseline(ctx, n, "pod reviews to the webhook, claims held", rate, r.pods, r.base.pods))
 	}
 	if r.o.ChurnRate == 0 || cr.Claims == 0 {
-		return
+		return nil
 	}
 	rate := r.o.ClaimsRates[0]
 	changes := int(r.o.Duration.Seconds() * float64(r.o.ChurnRate))
-	done := make(chan *result)
-	go func() { done <- h.churn(ctx, r.o.ChurnRate, changes) }()
+	var changed *result
+	var restoreErr error
+	done := make(chan struct{})
+	go func() { defer close(done); changed, restoreErr = h.churn(ctx, r.o.ChurnRate, changes) }()
 	reviews := drive(ctx, "template reviews to the webhook, claims changing", rate, int(r.o.Duration.Seconds()*float64(rate)), r.templates.review)
-	cr.Churn = &churnResult{Changes: <-done, Reviews: reviews, Deadline: r.o.ReviewDeadline, Over: over(reviews.Lat, r.o.ReviewDeadline)}
-	r.logger.Info("Claims churn", "nodes", n, "changes", cr.Churn.Changes.String(), "reviews", reviews.String(), "overDeadline", cr.Churn.Over)
+	<-done
+	cr.Churn = &churnResult{Changes: changed, Reviews: reviews, Deadline: r.o.ReviewDeadline, Over: over(reviews.Lat, r.o.ReviewDeadline)}
+	r.logger.Info("Claims churn", "nodes", n, "changes", changed.String(), "reviews", reviews.String(), "overDeadline", cr.Churn.Over, "restoreErr", restoreErr)
+	return restoreErr
 }
 
 // over counts the latencies above d.

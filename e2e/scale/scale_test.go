@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -16,9 +17,9 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("valid options refused: %v", err)
 	}
 	off := ok
-	off.GOMemLimit = "off"
+	off.GOMemLimit, off.Claims, off.ClaimsRates, off.ChurnRate, off.Upstream = "off", 0, nil, 0, ""
 	if err := off.Validate(); err != nil {
-		t.Fatalf("GOMEMLIMIT off refused: %v", err)
+		t.Fatalf("GOMEMLIMIT off, no claims, no churn, no upstream refused: %v", err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -38,10 +39,23 @@ func TestValidate(t *testing.T) {
 		{"memory limit negative", func(o *Options) { o.GOMemLimit = "-1MiB" }, "--webhook-gomemlimit"},
 		{"memory limit huge", func(o *Options) { o.GOMemLimit = strings.Repeat("9", 40) + "MiB" }, "--webhook-gomemlimit"},
 		{"memory limit unicode", func(o *Options) { o.GOMemLimit = "１２８MiB" }, "--webhook-gomemlimit"},
+		{"claims over 1", func(o *Options) { o.Claims = 1.5 }, "--claims"},
+		{"claims negative", func(o *Options) { o.Claims = -0.5 }, "--claims"},
+		{"claims NaN", func(o *Options) { o.Claims = math.NaN() }, "--claims"},
+		{"claims rate zero", func(o *Options) { o.ClaimsRates = []int{0} }, "--claims-rates"},
+		{"claims rate high", func(o *Options) { o.ClaimsRates = []int{1000, maxRate + 1} }, "--claims-rates"},
+		{"claims rates many", func(o *Options) { o.ClaimsRates = []int{1, 2, 3, 4, 5} }, "--claims-rates"},
+		{"claims without rates", func(o *Options) { o.ClaimsRates = nil }, "--claims-rates"},
+		{"upstream without rates", func(o *Options) { o.Claims, o.ClaimsRates = 0, nil }, "--claims-rates"},
+		{"churn negative", func(o *Options) { o.ChurnRate = -1 }, "--claims-churn"},
+		{"churn high", func(o *Options) { o.ChurnRate = maxChurn + 1 }, "--claims-churn"},
+		{"no deadline", func(o *Options) { o.ReviewDeadline = 0 }, "--review-deadline"},
+		{"deadline long", func(o *Options) { o.ReviewDeadline = time.Hour }, "--review-deadline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
 			o.Nodes = append([]int(nil), ok.Nodes...)
+			o.ClaimsRates = append([]int(nil), ok.ClaimsRates...)
 			tc.edit(&o)
 			if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 				t.Errorf("error %v, want one naming %s", err, tc.flag)
