@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-
-	"github.com/gpu-dra/gpu-dra/certs"
 )
 
 // upstreamPath is where the upstream example driver's webhook (kubernetes-sigs/dra-example-driver,
@@ -30,24 +28,16 @@ type upstream struct {
 // binary listens on every address (it takes a port, not an address); the harness only sends to
 // loopback.
 func startUpstream(ctx context.Context, bin, driver, dir string) (*upstream, error) {
-	now := time.Now()
-	caCert, caKey, err := certs.NewCA("gpu-dra-scale-upstream", now, 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	cert, key, err := certs.NewServing(caCert, caKey, []string{"localhost"}, now, 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
 	certDir := filepath.Join(dir, "certs")
-	if _, err := certs.WriteFiles(certDir, certs.Bundle{CACert: caCert, CAKey: caKey, Cert: cert, Key: key}); err != nil {
+	ca, err := writeServingCert(certDir)
+	if err != nil {
 		return nil, err
 	}
 	ports, err := freePorts(1)
 	if err != nil {
 		return nil, err
 	}
-	w := &webhook{dir: dir, ca: caCert, port: ports[0]}
+	w := &webhook{dir: dir, ca: ca, port: ports[0]}
 	log, err := os.Create(filepath.Join(dir, "webhook.log"))
 	if err != nil {
 		return nil, err

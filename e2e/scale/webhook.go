@@ -159,23 +159,12 @@ type webhook struct {
 // startWebhook writes a serving certificate for localhost and starts bin with the chart's flags,
 // loopback addresses, o's node groups, GOGC and GOMEMLIMIT.
 func startWebhook(ctx context.Context, c *chart, o Options, dir string) (*webhook, error) {
-	now := time.Now()
-	caCert, caKey, err := certs.NewCA("gpu-dra-scale", now, time.Hour*24)
-	if err != nil {
-		return nil, err
-	}
-	cert, key, err := certs.NewServing(caCert, caKey, []string{"localhost"}, now, time.Hour*24)
-	if err != nil {
-		return nil, err
-	}
-	w := &webhook{dir: dir, ca: caCert}
+	w := &webhook{dir: dir}
+	var err error
 	if w.gogc, err = strconv.Atoi(o.GOGC); err != nil || w.gogc <= 0 {
 		return nil, fmt.Errorf("--webhook-gogc=%q: want a positive number, e.g. 100", o.GOGC)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	if _, err := certs.WriteFiles(filepath.Join(dir, "certs"), certs.Bundle{CACert: caCert, CAKey: caKey, Cert: cert, Key: key}); err != nil {
+	if w.ca, err = writeServingCert(filepath.Join(dir, "certs")); err != nil {
 		return nil, err
 	}
 	ports, err := freePorts(3)
@@ -210,6 +199,24 @@ func startWebhook(ctx context.Context, c *chart, o Options, dir string) (*webhoo
 		return nil, fmt.Errorf("start %s: %w", o.Webhook, err)
 	}
 	return w, nil
+}
+
+// writeServingCert writes a CA and a serving certificate for localhost into dir (tls.crt,
+// tls.key) and returns the CA certificate, which the harness's clients trust.
+func writeServingCert(dir string) ([]byte, error) {
+	now := time.Now()
+	caCert, caKey, err := certs.NewCA("gpu-dra-scale", now, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := certs.NewServing(caCert, caKey, []string{"localhost"}, now, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := certs.WriteFiles(dir, certs.Bundle{CACert: caCert, CAKey: caKey, Cert: cert, Key: key}); err != nil {
+		return nil, err
+	}
+	return caCert, nil
 }
 
 // reviewers send template and pod AdmissionReviews straight to w.
