@@ -199,7 +199,7 @@ func (r *runner) upstreamLoads(ctx context.Context, n int, fresh memory) (*upstr
 		return nil, err
 	}
 	defer u.stop()
-	rv, err := newReviewer(u.webhook, upstreamPath, r.l.templateObjects())
+	rv, err := newReviewer(u.webhook, upstreamPath+timeoutQuery(r.ch.validating.Webhooks[0].TimeoutSeconds), r.l.templateObjects())
 	if err != nil {
 		return nil, err
 	}

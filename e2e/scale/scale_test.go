@@ -94,6 +94,13 @@ func TestReadChart(t *testing.T) {
 		if p := c.path(c.mutating.Webhooks[0].ClientConfig); p != "/mutate-pod" {
 			t.Errorf("%s: mutating path %q", v, p)
 		}
+		// The chart's limit and GOGC are what a restart's peak is measured with and against.
+		if c.memoryLimit != 256<<20 || c.gogc != "400" {
+			t.Errorf("%s: memory limit %d, GOGC %q; want the chart's 256Mi and 400", v, c.memoryLimit, c.gogc)
+		}
+		if q := timeoutQuery(c.validating.Webhooks[0].TimeoutSeconds); q != "?timeout=5s" {
+			t.Errorf("%s: template reviews sent with %q, want the configuration's timeoutSeconds as the API server sends it", v, q)
+		}
 	}
 	if _, err := readChart("testdata/node-groups.yaml"); err == nil {
 		t.Error("a file with no chart objects was accepted")

@@ -221,13 +221,23 @@ func writeServingCert(dir string) ([]byte, error) {
 
 // reviewers send template and pod AdmissionReviews straight to w.
 func (c *chart) reviewers(w *webhook, l *loader) (templates, pods *reviewer, err error) {
-	if templates, err = newReviewer(w, c.path(c.validating.Webhooks[0].ClientConfig), l.templateObjects()); err != nil {
+	v, m := c.validating.Webhooks[0], c.mutating.Webhooks[0]
+	if templates, err = newReviewer(w, c.path(v.ClientConfig)+timeoutQuery(v.TimeoutSeconds), l.templateObjects()); err != nil {
 		return nil, nil, err
 	}
-	if pods, err = newReviewer(w, c.path(c.mutating.Webhooks[0].ClientConfig), l.podObject()); err != nil {
+	if pods, err = newReviewer(w, c.path(m.ClientConfig)+timeoutQuery(m.TimeoutSeconds), l.podObject()); err != nil {
 		return nil, nil, err
 	}
 	return templates, pods, nil
+}
+
+// timeoutQuery is what the API server adds to a webhook's URL: how long it waits for the answer,
+// which the webhook may bound its work by.
+func timeoutQuery(seconds *int32) string {
+	if seconds == nil {
+		return "?timeout=10s" // the API server's default timeoutSeconds
+	}
+	return fmt.Sprintf("?timeout=%ds", *seconds)
 }
 
 // path is the path of a webhook's URL (after install) or service reference.
