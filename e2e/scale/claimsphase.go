@@ -3,9 +3,11 @@ package scale
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,14 +88,14 @@ func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) 
 	if err := r.claimsDirect(ctx, n, cr, h); err != nil {
 		return nil, err
 	}
-	if cr.Status, err = timeKubectlDra(ctx, r.o.KubectlDra, r.o.Kubeconfig, "status"); err != nil {
+	if cr.Status, err = timeKubectlDra(ctx, r.o, "status"); err != nil {
 		return nil, err
 	}
 	pod, err := r.pendingPod(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if cr.Why, err = timeKubectlDra(ctx, r.o.KubectlDra, r.o.Kubeconfig, "why", "pod/"+pod, "-n", loadNamespace); err != nil {
+	if cr.Why, err = timeKubectlDra(ctx, r.o, "why", "pod/"+pod, "-n", loadNamespace); err != nil {
 		return nil, err
 	}
 	r.logger.Info("Claims phase done", "nodes", n, "claims", cr.Claims, "rssMiB", mib(cr.Mem.RSS), "restartPeakMiB", mib(cr.Restart.HWM), "status", cr.Status, "why", cr.Why)
@@ -120,7 +122,9 @@ func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *h
 	var restoreErr error
 	done := make(chan struct{})
 	go func() { defer close(done); changed, restoreErr = h.churn(ctx, r.o.ChurnRate, changes) }()
-	reviews := drive(ctx, "template reviews to the webhook, claims changing", rate, int(r.o.Duration.Seconds()*float64(rate)), r.templates.review)
+	reviews := sampled(r.w.pid(), func() *result {
+		return drive(ctx, "template reviews to the webhook, claims changing", rate, int(r.o.Duration.Seconds()*float64(rate)), r.templates.review)
+	})
 	<-done
 	cr.Churn = &churnResult{Changes: changed, Reviews: reviews, Deadline: r.o.ReviewDeadline, Over: over(reviews.Lat, r.o.ReviewDeadline)}
 	r.logger.Info("Claims churn", "nodes", n, "changes", changed.String(), "reviews", reviews.String(), "overDeadline", cr.Churn.Over, "restoreErr", restoreErr)
@@ -168,19 +172,21 @@ func (r *runner) pendingPod(ctx context.Context) (string, error) {
 	return whyPod, nil
 }
 
-// timeKubectlDra runs `kubectl dra ARGS...` once and returns how long the whole command took.
-func timeKubectlDra(ctx context.Context, bin, kubeconfig string, args ...string) (time.Duration, error) {
-	if bin == "" {
+// timeKubectlDra runs `kubectl dra ARGS...` once and returns how long the whole command took. Its
+// output is kept in o.WorkDir (kubectl-dra-ARGS.txt), to see what it answered.
+func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Duration, error) {
+	if o.KubectlDra == "" {
 		return 0, nil
 	}
-	cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", kubeconfig)...)
+	cmd := exec.CommandContext(ctx, o.KubectlDra, append(args, "--kubeconfig", o.Kubeconfig)...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	d := time.Since(start)
 	if err != nil {
 		return 0, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
 	}
-	return d, nil
+	name := "kubectl-dra-" + strings.NewReplacer("/", "-", " ", "-").Replace(strings.Join(args, " ")) + ".txt"
+	return d, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
 }
 
 // upstreamResult is our webhook against the upstream example webhook at the largest fleet,

@@ -139,7 +139,7 @@ func (r *runner) phase(ctx context.Context, n int) (*phase, error) {
 	ph.Template = r.measure(ctx, n, "template validation", r.o.Rate, count, r.l.template)
 	ph.Pod = r.measure(ctx, n, "pod mutation", r.o.Rate, count, r.l.dryRunPod)
 	r.directLoads(ctx, ph)
-	if ph.Status, err = timeKubectlDra(ctx, r.o.KubectlDra, r.o.Kubeconfig, "status"); err != nil {
+	if ph.Status, err = timeKubectlDra(ctx, r.o, "status"); err != nil {
 		return nil, err
 	}
 	if n == r.o.SchedNodes && r.inv.kwokNodes > 0 {
@@ -202,12 +202,19 @@ func (r *runner) againstBaseline(ctx context.Context, n int, name string, rate i
 // alike.
 func (r *runner) measure(ctx context.Context, n int, name string, rate, count int, op func(context.Context, int) error) *result {
 	drive(ctx, name, rate, rate, op)
-	before, err := sampleCPU(r.w.pid())
-	res := drive(ctx, name, rate, count, op)
-	if after, err2 := sampleCPU(r.w.pid()); err == nil && err2 == nil {
+	res := sampled(r.w.pid(), func() *result { return drive(ctx, name, rate, count, op) })
+	r.logger.Info("Phase", "nodes", n, "result", res.String())
+	return res
+}
+
+// sampled runs load and adds to its result the host's steal, the machine's busy share and the
+// CPU time per request of the process pid while it ran.
+func sampled(pid int, load func() *result) *result {
+	before, err := sampleCPU(pid)
+	res := load()
+	if after, err2 := sampleCPU(pid); err == nil && err2 == nil {
 		res.Steal, res.Busy, res.CPU = stealPercent(before, after), busyPercent(before, after), cpuPer(before, after, res.Sent)
 	}
-	r.logger.Info("Phase", "nodes", n, "result", res.String())
 	return res
 }
 
