@@ -194,7 +194,8 @@ func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Durati
 type upstreamResult struct {
 	Templates   []*comparison
 	Ours, Fresh memory
-	Theirs      memory
+	// Theirs is the upstream webhook's after the loads, TheirsIdle once it answered /readyz.
+	Theirs, TheirsIdle memory
 }
 
 // upstreamLoads starts the upstream example webhook and sends it the template reviews ours gets,
@@ -210,6 +211,9 @@ func (r *runner) upstreamLoads(ctx context.Context, n int, fresh memory) (*upstr
 		return nil, err
 	}
 	ur := &upstreamResult{Fresh: fresh}
+	if ur.TheirsIdle, err = u.memory(); err != nil {
+		return nil, err
+	}
 	func() {
 		if r.o.PauseControllers {
 			defer pauseControllers(r.logger)()
