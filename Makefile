@@ -73,7 +73,7 @@ fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
 bench: deps envtest-assets ## the benchmarks of docs/performance.md, COUNT=5 runs each, through benchstat
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat VEGETA=$(TOOLS)/vegeta hack/bench.sh
 
-scale: deps build ## the webhook and kubectl dra on 5,000 fake GPU nodes, a control plane without kubelets (not in `test`; SCALE_NODES=1,100,... shrinks it)
+scale: deps build ## the webhook and kubectl dra on 5,000 fake GPU nodes holding 40,000 claims, a control plane without kubelets (not in `test`; SCALE_NODES=1,100,... shrinks it)
 	@hack/scale.sh
 
 lint: ## gofmt, go vet, staticcheck, every target README.md or docs/ name that needs Debian packages runs `make deps`
