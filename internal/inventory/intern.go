@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"runtime"
 	"sync"
@@ -9,10 +10,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 )
 
-// DefaultInternBudget bounds what an Interner's tables hold, keys included. A fleet of a few
-// device shapes needs well under a megabyte; a driver publishing a different shape on every node
-// fills it, and then sharing would not pay anyway.
-const DefaultInternBudget = 8 << 20
+// DefaultInternBudget bounds what an Interner's tables hold, values and keys as entrySize
+// estimates them. The values are those the kept objects use (an entry goes with the last object
+// holding it), so the budget bounds how much of them is shared rather than adding to them: a fleet
+// of a few device shapes needs well under a megabyte, 5,000 nodes with device lists of their own
+// (8 GPUs, a model and memory size per node) about 40 MiB, and past the budget devices keep their
+// own maps, as if every node were different.
+const DefaultInternBudget = 32 << 20
 
 // Interner shares equal strings, attribute values, attribute maps, capacity maps, device lists,
 // label maps and label key lists between the objects the informers cache. Safe for concurrent
@@ -220,7 +224,8 @@ func shared[T any](in *Interner, table map[string]*entry, v T, valueBytes int, h
 	}
 	size := entrySize(key, valueBytes)
 	if !in.fits(size) {
-		return v
+		// Its own, still made of shared names and strings where they fit.
+		return build(held)
 	}
 	var parts []*entry
 	s := build(&parts)
@@ -232,11 +237,17 @@ func shared[T any](in *Interner, table map[string]*entry, v T, valueBytes int, h
 	return s
 }
 
-// shapeKey encodes a map canonically (JSON sorts map keys): equal keys are equal maps. Different
-// spellings of one quantity ("1Gi", "1024Mi") get different keys and are merely not shared.
+// shapeKey is the SHA-256 of a value's canonical encoding (JSON sorts map keys): equal keys are
+// equal values, and a key is 32 bytes however large the value (a device list's JSON is kilobytes).
+// Different spellings of one quantity ("1Gi", "1024Mi") get different keys and are merely not
+// shared.
 func shapeKey(m any) (string, bool) {
 	data, err := json.Marshal(m)
-	return string(data), err == nil
+	if err != nil {
+		return "", false
+	}
+	sum := sha256.Sum256(data)
+	return string(sum[:]), true
 }
 
 // attributes (in.mu held) returns a map equal to attrs: an identical one seen before, or a copy
