@@ -14,9 +14,9 @@ import (
 // estimates them. The values are those the kept objects use (an entry goes with the last object
 // holding it), so the budget bounds how much of them is shared rather than adding to them: a fleet
 // of a few device shapes needs well under a megabyte, 5,000 nodes with device lists of their own
-// (8 GPUs, a model and memory size per node) about 40 MiB, and past the budget devices keep their
+// (8 GPUs, a model and memory size per node) about 65 MiB, and past the budget devices keep their
 // own maps, as if every node were different.
-const DefaultInternBudget = 32 << 20
+const DefaultInternBudget = 64 << 20
 
 // Interner shares equal strings, attribute values, attribute maps, capacity maps, device lists,
 // label maps and label key lists between the objects the informers cache. Safe for concurrent
