@@ -145,18 +145,26 @@ func (in *Interner) releaseLocked(held []*entry) {
 	}
 }
 
-// holding is what a kept object holds of the tables; its references go when the object does.
-// It is an allocation of its own (with a pointer, so never batched with others) that every copy
-// of the object shares.
-type holding struct{ entries []*entry }
+// holding is what a kept object holds of the tables: a token of its own allocation (with a
+// pointer, so never batched with others) that every copy of the object shares, whose cleanup
+// releases the entries the object took once no copy is left.
+type holding struct{ _ *byte }
 
-// hold returns the holding of held, released when it becomes unreachable; nil for nothing held.
-func (in *Interner) hold(held []*entry) *holding {
-	if len(held) == 0 {
+// held are the entries one object took, released by its holding's cleanup.
+type held struct {
+	in      *Interner
+	entries []*entry
+}
+
+func releaseHeld(h *held) { h.in.release(h.entries) }
+
+// hold returns the holding of entries; nil for none.
+func (in *Interner) hold(entries []*entry) *holding {
+	if len(entries) == 0 {
 		return nil
 	}
-	h := &holding{entries: held}
-	runtime.AddCleanup(h, in.release, held)
+	h := &holding{}
+	runtime.AddCleanup(h, releaseHeld, &held{in: in, entries: entries})
 	return h
 }
 
