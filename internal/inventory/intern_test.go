@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -235,6 +236,32 @@ func TestInternerSharesIdenticalSlices(t *testing.T) {
 		t.Error("with no room for the list: lists shared, or capacity maps not")
 	}
 	runtime.KeepAlive(kept)
+}
+
+// TestInternerConcurrentUse: slices and nodes transformed from several goroutines while the
+// collector releases those dropped leave the tables empty once none is kept.
+func TestInternerConcurrentUse(t *testing.T) {
+	in := NewInterner(WithByteBudget(256 << 10))
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 300 {
+				_ = in.compact(uniqueSlice(g*1000+i%50, 4))
+				_ = in.compact(nodeSlice(t, fmt.Sprintf("node-%d", i), nodegroups.GroupSpec{}))
+				_, _ = in.nodeLabelsOnly(nil)(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"zone": strconv.Itoa(i % 7), "h": "n"}}})
+				if i%100 == 0 {
+					runtime.GC()
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if entries, bytes, ok := drained(in, 0, 0); !ok {
+		t.Errorf("nothing kept: tables hold %d entries, %d bytes", entries, bytes)
+	}
 }
 
 func must[T any](v T, ok bool) T {
