@@ -33,10 +33,13 @@ type preflightOptions struct {
 	files     []string
 	recursive bool
 	output    string
+	// connect opens the cluster's connections; tests replace it.
+	connect func() (upgradecheck.Conn, error)
 }
 
 func newPreflightCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &preflightOptions{streams: streams, flags: flags}
+	o.connect = func() (upgradecheck.Conn, error) { return preflightConn(flags) }
 	cmd := &cobra.Command{
 		Use:   "preflight [--to 1.38] [-f FILE|DIR|-] [-o json]",
 		Short: "Tell whether upgrading the control plane to a Kubernetes release would break DRA",
@@ -108,7 +111,7 @@ func (o *preflightOptions) run(ctx context.Context) error {
 
 // check builds the report: the cluster's part when one is reachable (or required), the files'.
 func (o *preflightOptions) check(ctx context.Context, target upgradecheck.Release, sources []upgradecheck.Source) (*upgradecheck.Report, error) {
-	conn, err := preflightConn(o.flags)
+	conn, err := o.connect()
 	var cl *upgradecheck.Cluster
 	if err == nil {
 		cl, target, err = upgradecheck.CheckCluster(ctx, conn, target, upgradecheck.WithRequestTimeout(clusterTimeout))

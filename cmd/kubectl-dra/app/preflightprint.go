@@ -52,10 +52,23 @@ func versionList(vs []string) string {
 	return strings.Join(vs, ", ")
 }
 
+// keptList names the versions target keeps, saying which of them it already deprecates.
+func keptList(target string, kept []string) string {
+	rel, err := upgradecheck.ParseRelease(target)
+	out := make([]string, 0, len(kept))
+	for _, v := range kept {
+		if l, ok := upgradecheck.LifecycleOf(v); ok && err == nil && l.DeprecatedBy(rel) && l.Removed != nil {
+			v += fmt.Sprintf(" (deprecated, only where enabled, gone in %s)", l.Removed)
+		}
+		out = append(out, v)
+	}
+	return versionList(out)
+}
+
 func printVersions(t *textWriter, target string, v upgradecheck.Versions) {
 	t.section(fmt.Sprintf("%s versions (cluster %s)", resourceversion.Group, v.Server), v.Status)
 	t.line("  served now:      %s", versionList(v.Served))
-	t.line("  %-16s %s", target+" serves:", versionList(v.Kept))
+	t.line("  %-16s %s", target+" serves:", keptList(target, v.Kept))
 	if len(v.Dropped) > 0 {
 		t.line("  %-16s %s", "gone in "+target+":", versionList(v.Dropped))
 	}
@@ -83,7 +96,7 @@ func printStorage(t *textWriter, s upgradecheck.Storage) {
 		if r.Encoding != "" {
 			detail = strings.TrimPrefix(detail+", written as "+r.Encoding, ", ")
 		}
-		t.line("  %-24s %5d  %s", r.Resource, r.Objects, detail)
+		t.line("%s", strings.TrimRight(fmt.Sprintf("  %-24s %5d  %s", r.Resource, r.Objects, detail), " "))
 	}
 	printWhyFix(t, s.Reason, s.Fix)
 }
@@ -113,6 +126,12 @@ func printInstall(t *textWriter, in upgradecheck.Install) {
 		if c.Note != "" {
 			t.line("    %s", c.Note)
 		}
+	}
+	if in.Status == upgradecheck.Safe {
+		if in.Reason != "" {
+			t.line("  note: %s", in.Reason)
+		}
+		return
 	}
 	printWhyFix(t, in.Reason, "")
 }
