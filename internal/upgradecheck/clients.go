@@ -37,7 +37,11 @@ func checkClients(ctx context.Context, c Conn, o options, target Release) Client
 			return err
 		}
 		defer func() { _ = body.Close() }()
-		reqs, err = DeprecatedRequests(io.LimitReader(body, o.maxMetrics))
+		lim := &io.LimitedReader{R: body, N: o.maxMetrics + 1}
+		reqs, err = DeprecatedRequests(lim)
+		if err == nil && lim.N == 0 {
+			err = fmt.Errorf("the answer is longer than %d bytes, the most this command reads", o.maxMetrics)
+		}
 		return err
 	})
 	switch {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
@@ -22,10 +23,16 @@ const MigrateCommand = "kubectl dra migrate"
 // pageSize bounds every list: a cluster with many claims is read in pages, never in one answer.
 const pageSize = 500
 
+// defaultRequestTimeout bounds each request unless WithRequestTimeout says otherwise.
+const defaultRequestTimeout = 10 * time.Second
+
 // Conn is the connections the cluster checks read through.
 type Conn struct {
-	Kube     kubernetes.Interface
+	Kube kubernetes.Interface
+	// Metadata counts objects without reading their bodies.
 	Metadata metadata.Interface
+	// Dynamic reads StorageVersionMigrations of whichever version is served.
+	Dynamic dynamic.Interface
 	// Metrics opens the API server's /metrics; nil when it cannot be asked.
 	Metrics func(ctx context.Context) (io.ReadCloser, error)
 }
@@ -51,7 +58,7 @@ var Resources = []string{"deviceclasses", "resourceclaims", "resourceclaimtempla
 // against target; a zero target means the release after the cluster's. It fails only when the
 // cluster cannot be reached at all; a check it may not run is reported as Unknown.
 func CheckCluster(ctx context.Context, c Conn, target Release, opts ...Option) (*Cluster, Release, error) {
-	o := options{requestTimeout: 10 * time.Second, maxMetrics: 256 << 20}
+	o := options{requestTimeout: defaultRequestTimeout, maxMetrics: 256 << 20}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -1,6 +1,7 @@
 package upgradecheck
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -34,7 +35,7 @@ func TestLifecycles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k := Kept(r); !equal(k, tc.kept) {
+		if k := Kept(r); !slices.Equal(k, tc.kept) {
 			t.Errorf("Kept(%s) = %v, want %v", tc.target, k, tc.kept)
 		}
 	}
@@ -56,16 +57,4 @@ func str(r *Release) string {
 		return ""
 	}
 	return r.String()
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

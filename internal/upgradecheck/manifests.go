@@ -2,6 +2,7 @@ package upgradecheck
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gpu-dra/gpu-dra/internal/manifest"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
@@ -53,7 +54,18 @@ func upgradeLine(path, kind, to string) string {
 		if path == "-" {
 			return fmt.Sprintf("kubectl dra upgrade -f - --to %s", to)
 		}
-		return fmt.Sprintf("kubectl dra upgrade -f %s --to %s --in-place", path, to)
+		return fmt.Sprintf("kubectl dra upgrade -f %s --to %s --in-place", shellQuote(path), to)
 	}
 	return fmt.Sprintf("rewrite it as %s/%s by hand (kubectl dra upgrade converts ResourceClaims, ResourceClaimTemplates and DeviceClasses only)", resourceversion.Group, to)
+}
+
+// shellQuote makes a path safe to paste into a shell: as is when it holds only ordinary
+// characters, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=+@%,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

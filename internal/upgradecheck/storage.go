@@ -6,10 +6,10 @@ import (
 	"strings"
 
 	apiserverinternal "k8s.io/api/apiserverinternal/v1alpha1"
-	svmv1 "k8s.io/api/storagemigration/v1"
-	svmv1beta1 "k8s.io/api/storagemigration/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
@@ -99,39 +99,52 @@ func servedGroupVersions(ctx context.Context, c Conn, o options) map[string]bool
 	return out
 }
 
+// storageMigrationVersions are the storagemigration.k8s.io versions read, newest first: v1 (1.37),
+// v1beta1 (1.35, off unless enabled), v1alpha1 (1.30-1.34, off unless enabled). Their objects
+// share the fields read here.
+var storageMigrationVersions = []string{"v1", "v1beta1", "v1alpha1"}
+
+// storedMigration is what is read of a StorageVersionMigration of any version.
+type storedMigration struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Resource struct {
+			Group    string `json:"group"`
+			Resource string `json:"resource"`
+		} `json:"resource"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	} `json:"status"`
+}
+
 // listMigrations lists the StorageVersionMigrations of the newest served version; source is that
 // group version, "" when none is served.
 func listMigrations(ctx context.Context, c Conn, o options, groups map[string]bool) ([]migration, string, error) {
-	var out []migration
-	switch {
-	case groups[svmv1.SchemeGroupVersion.String()]:
-		src := svmv1.SchemeGroupVersion.String()
+	for _, v := range storageMigrationVersions {
+		gv := schema.GroupVersion{Group: "storagemigration.k8s.io", Version: v}
+		if !groups[gv.String()] {
+			continue
+		}
+		var out []migration
 		err := pages(ctx, o, func(ctx context.Context, opts metav1.ListOptions) (string, error) {
-			l, err := c.Kube.StoragemigrationV1().StorageVersionMigrations().List(ctx, opts)
+			l, err := c.Dynamic.Resource(gv.WithResource("storageversionmigrations")).List(ctx, opts)
 			if err != nil {
 				return "", err
 			}
-			for _, m := range l.Items {
-				out = append(out, migration{name: m.Name, group: m.Spec.Resource.Group, resource: m.Spec.Resource.Resource,
-					succeeded: meta.IsStatusConditionTrue(m.Status.Conditions, string(svmv1.MigrationSucceeded))})
+			for _, item := range l.Items {
+				var m storedMigration
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &m); err != nil {
+					return "", fmt.Errorf("StorageVersionMigration %s: %w", item.GetName(), err)
+				}
+				out = append(out, migration{name: m.Metadata.Name, group: m.Spec.Resource.Group, resource: m.Spec.Resource.Resource,
+					succeeded: meta.IsStatusConditionTrue(m.Status.Conditions, "Succeeded")})
 			}
-			return l.Continue, nil
+			return l.GetContinue(), nil
 		})
-		return out, src, wrapList(src, err)
-	case groups[svmv1beta1.SchemeGroupVersion.String()]:
-		src := svmv1beta1.SchemeGroupVersion.String()
-		err := pages(ctx, o, func(ctx context.Context, opts metav1.ListOptions) (string, error) {
-			l, err := c.Kube.StoragemigrationV1beta1().StorageVersionMigrations().List(ctx, opts)
-			if err != nil {
-				return "", err
-			}
-			for _, m := range l.Items {
-				out = append(out, migration{name: m.Name, group: m.Spec.Resource.Group, resource: m.Spec.Resource.Resource,
-					succeeded: meta.IsStatusConditionTrue(m.Status.Conditions, string(svmv1beta1.MigrationSucceeded))})
-			}
-			return l.Continue, nil
-		})
-		return out, src, wrapList(src, err)
+		return out, gv.String(), wrapList(gv.String(), err)
 	}
 	return nil, "", nil
 }

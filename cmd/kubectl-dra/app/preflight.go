@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -143,8 +144,12 @@ func preflightConn(flags *genericclioptions.ConfigFlags) (upgradecheck.Conn, err
 	if err != nil {
 		return upgradecheck.Conn{}, err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return upgradecheck.Conn{}, err
+	}
 	rc := kube.Discovery().RESTClient()
-	return upgradecheck.Conn{Kube: kube, Metadata: meta, Metrics: func(ctx context.Context) (io.ReadCloser, error) {
+	return upgradecheck.Conn{Kube: kube, Metadata: meta, Dynamic: dyn, Metrics: func(ctx context.Context) (io.ReadCloser, error) {
 		return rc.Get().AbsPath("/metrics").SetHeader("Accept", "text/plain").Stream(ctx)
 	}}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
@@ -44,13 +45,19 @@ var preflightKinds = map[string]string{"deviceclasses": "DeviceClass", "resource
 
 func (f fakeCluster) conn(t *testing.T) upgradecheck.Conn {
 	t.Helper()
-	var objs []runtime.Object
+	var migrations []runtime.Object
 	for _, res := range f.migrated {
-		objs = append(objs, &svmv1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: "migrate-" + res},
-			Spec:   svmv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: "resource.k8s.io", Resource: res}},
-			Status: svmv1.StorageVersionMigrationStatus{Conditions: []metav1.Condition{{Type: string(svmv1.MigrationSucceeded), Status: metav1.ConditionTrue}}}})
+		migrations = append(migrations, &svmv1.StorageVersionMigration{TypeMeta: metav1.TypeMeta{APIVersion: "storagemigration.k8s.io/v1", Kind: "StorageVersionMigration"},
+			ObjectMeta: metav1.ObjectMeta{Name: "migrate-" + res},
+			Spec:       svmv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: "resource.k8s.io", Resource: res}},
+			Status:     svmv1.StorageVersionMigrationStatus{Conditions: []metav1.Condition{{Type: string(svmv1.MigrationSucceeded), Status: metav1.ConditionTrue}}}})
 	}
-	kube := fake.NewClientset(append(objs, f.workloads...)...)
+	svmScheme := runtime.NewScheme()
+	if err := svmv1.AddToScheme(svmScheme); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClient(svmScheme, migrations...)
+	kube := fake.NewClientset(f.workloads...)
 	disc := kube.Discovery().(*fakediscovery.FakeDiscovery)
 	disc.FakedServerVersion = &version.Info{GitVersion: f.server}
 	newest := ""
@@ -79,7 +86,7 @@ func (f fakeCluster) conn(t *testing.T) upgradecheck.Conn {
 			metas = append(metas, m)
 		}
 	}
-	return upgradecheck.Conn{Kube: kube, Metadata: metadatafake.NewSimpleMetadataClient(scheme, metas...),
+	return upgradecheck.Conn{Kube: kube, Metadata: metadatafake.NewSimpleMetadataClient(scheme, metas...), Dynamic: dyn,
 		Metrics: func(context.Context) (io.ReadCloser, error) {
 			if f.metrics == "" {
 				return nil, apierrors.NewForbidden(schema.GroupResource{}, "/metrics", fmt.Errorf("user \"viewer\" cannot get path \"/metrics\""))
