@@ -5,13 +5,21 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	resourcev1beta1 "k8s.io/api/resource/v1beta1"
 	svmv1 "k8s.io/api/storagemigration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/gpu-dra/gpu-dra/internal/manifest"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
@@ -37,6 +45,7 @@ func TestPreflightAgainstAPIServer(t *testing.T) {
 	srv := testapiserver.Start(t, release(t, "1.37.2"))
 	kubeconfig := writeKubeconfig(t, srv.Config)
 	t.Run("1.37 with v1 objects recorded as migrated", func(t *testing.T) {
+		installChartWorkloads(t, srv)
 		if _, err := srv.Clientset.ResourceV1().DeviceClasses().Create(ctx, class("new"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -54,9 +63,13 @@ func TestPreflightAgainstAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		r = preflightRun(t, kubeconfig)
-		expect(t, r, 0, "Upgrade to Kubernetes 1.38: SAFE", "deviceclasses                1  migrated (deviceclasses)", "Clients requesting deprecated versions       SAFE")
+		expect(t, r, 0, "Upgrade to Kubernetes 1.38: SAFE", "deviceclasses                1  migrated (deviceclasses)", "Clients requesting deprecated versions       SAFE",
+			"gpu-dra installation                         SAFE",
+			"DaemonSet gpu-dra/gpu-dra-kubelet-plugin: release gpu-dra, gpu-dra-0.1.0, version 0.1.0",
+			"Deployment gpu-dra/gpu-dra-webhook: release gpu-dra, gpu-dra-0.1.0, version 0.1.0",
+			"image ghcr.io/gpu-dra/gpu-dra:0.1.0")
 		r = preflightRun(t, kubeconfig, "-f", "testdata/preflight/claim.v1.yaml")
-		expect(t, r, 0, "Manifests (1 documents)                      SAFE")
+		expect(t, r, 0, "Manifests (1 document)                       SAFE")
 		r = preflightRun(t, kubeconfig, "-f", "testdata/preflight/old.v1beta1.yaml")
 		expect(t, r, ExitNotSafe, "Manifests (3 documents)                      NOT SAFE", "fix: kubectl dra upgrade -f testdata/preflight/old.v1beta1.yaml --to v1 --in-place")
 	})
@@ -84,6 +97,55 @@ func TestPreflightAgainstAPIServer(t *testing.T) {
 		r := preflightRun(t, kubeconfig)
 		expect(t, r, ExitNotSafe, "Clients requesting deprecated versions       NOT SAFE", "v1beta1 deviceclasses (removed in 1.38)")
 	})
+}
+
+// installChartWorkloads creates the kubelet plugin's DaemonSet and the webhook's Deployment as the
+// chart renders them (Helm SDK, default values), so preflight reads the chart's own labels.
+func installChartWorkloads(t *testing.T, srv *testapiserver.Server) {
+	t.Helper()
+	ctx := context.Background()
+	ch, err := loader.Load("../../../charts/gpu-dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := util.ToRenderValuesWithSchemaValidation(ch, map[string]any{},
+		common.ReleaseOptions{Name: "gpu-dra", Namespace: "gpu-dra", Revision: 1, IsInstall: true}, common.DefaultCapabilities, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpu-dra"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	created := 0
+	for _, d := range manifest.Documents([]byte(files["gpu-dra/templates/kubeletplugin-daemonset.yaml"] + "\n---\n" + files["gpu-dra/templates/webhook-deployment.yaml"])) {
+		switch d.GVK.Kind {
+		case "DaemonSet":
+			var ds appsv1.DaemonSet
+			if err := sigsyaml.Unmarshal(d.Raw, &ds); err != nil {
+				t.Fatal(err)
+			}
+			_, err = srv.Clientset.AppsV1().DaemonSets("gpu-dra").Create(ctx, &ds, metav1.CreateOptions{})
+		case "Deployment":
+			var dep appsv1.Deployment
+			if err := sigsyaml.Unmarshal(d.Raw, &dep); err != nil {
+				t.Fatal(err)
+			}
+			_, err = srv.Clientset.AppsV1().Deployments("gpu-dra").Create(ctx, &dep, metav1.CreateOptions{})
+		default:
+			continue
+		}
+		if err != nil {
+			t.Fatalf("create %s %s: %v", d.GVK.Kind, d.Name, err)
+		}
+		created++
+	}
+	if created != 2 {
+		t.Fatalf("the chart rendered %d DaemonSets and Deployments, want 2", created)
+	}
 }
 
 // release runs the binaries of one Kubernetes release. envtest prefers $KUBEBUILDER_ASSETS to the

@@ -137,7 +137,11 @@ func printInstall(t *textWriter, in upgradecheck.Install) {
 }
 
 func printManifests(t *textWriter, m *upgradecheck.Manifests) {
-	t.section(fmt.Sprintf("Manifests (%d documents)", m.Documents), m.Status)
+	docs := "documents"
+	if m.Documents == 1 {
+		docs = "document"
+	}
+	t.section(fmt.Sprintf("Manifests (%d %s)", m.Documents, docs), m.Status)
 	for _, d := range m.Findings {
 		name := d.Name
 		if d.Namespace != "" {
