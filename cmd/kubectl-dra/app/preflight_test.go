@@ -147,6 +147,8 @@ func TestPreflightGolden(t *testing.T) {
 		{name: "1.36-no-migration-api-no-metrics", code: ExitUnknown, cluster: &fakeCluster{server: "v1.36.3",
 			served: []string{"resource.k8s.io/v1"}, objects: map[string]int{"resourceclaims": 1}, workloads: chartWorkloads("")}},
 		{name: "1.37-empty", code: 0, cluster: &fakeCluster{server: "v1.37.2", served: []string{"resource.k8s.io/v1"}, metrics: "after-migration.metrics"}},
+		{name: "1.36-default-target-1.37", to: "-", code: 0, cluster: &fakeCluster{server: "v1.36.3",
+			served: []string{"resource.k8s.io/v1", "resource.k8s.io/v1beta1"}, metrics: "before-migration.metrics"}},
 		{name: "1.37-with-manifests", code: ExitNotSafe, files: []string{"testdata/preflight/claim.v1.yaml", "testdata/preflight/old.v1beta1.yaml"},
 			cluster: &fakeCluster{server: "v1.37.2", served: append([]string{"storagemigration.k8s.io/v1"}, allResourceVersions...),
 				metrics: "after-migration.metrics", workloads: chartWorkloads("0.1.0")}},
@@ -158,8 +160,11 @@ func TestPreflightGolden(t *testing.T) {
 			for _, format := range []string{"text", "json"} {
 				var out bytes.Buffer
 				to := tc.to
-				if to == "" {
+				switch to {
+				case "":
 					to = "1.38"
+				case "-": // the command's default: the release after the cluster's
+					to = ""
 				}
 				o := &preflightOptions{streams: genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: io.Discard},
 					flags: genericclioptions.NewConfigFlags(true), to: to, files: tc.files, output: format,
