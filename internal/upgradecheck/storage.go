@@ -14,7 +14,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
-// migration is one StorageVersionMigration of either served version, reduced to what the check
+// migration is one StorageVersionMigration of any served version, reduced to what the check
 // needs.
 type migration struct {
 	name, group, resource string
@@ -33,6 +33,7 @@ func checkStorage(ctx context.Context, c Conn, o options, served []string, targe
 	if encodings != nil {
 		st.Source = strings.TrimPrefix(st.Source+", internal.apiserver.k8s.io/v1alpha1", ", ")
 	}
+	unmigrated := false
 	for _, res := range Resources {
 		r := StoredResource{Resource: res, Status: Safe, Encoding: encodings[res]}
 		n, err := countObjects(ctx, c, o, served, res)
@@ -56,19 +57,20 @@ func checkStorage(ctx context.Context, c Conn, o options, served []string, targe
 			default:
 				r.Status = Unknown
 			}
+			unmigrated = unmigrated || r.Migration == ""
 		}
 		st.Status = worst(st.Status, r.Status)
 		st.Resources = append(st.Resources, r)
 	}
 	switch {
-	case st.Status == Safe:
+	case !unmigrated:
 		return st
 	case migErr != nil:
 		st.Reason = appendReason(st.Reason, migErr.Error())
 	case source == "":
 		st.Reason = appendReason(st.Reason, "the cluster does not serve storagemigration.k8s.io, so it cannot tell in which version objects written by older releases are stored")
 	default:
-		st.Reason = appendReason(st.Reason, "no StorageVersionMigration of "+source+" has succeeded for the resources marked")
+		st.Reason = appendReason(st.Reason, "no StorageVersionMigration of "+source+" has succeeded for the resources listed as not migrated")
 	}
 	st.Fix = MigrateCommand
 	return st
