@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -116,4 +117,20 @@ func FuzzDeprecatedRequests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCheckClientsTimeout: an API server that never answers /metrics costs one request timeout.
+func TestCheckClientsTimeout(t *testing.T) {
+	hang := func(ctx context.Context) (io.ReadCloser, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	start := time.Now()
+	got := checkClients(context.Background(), Conn{Metrics: hang}, options{requestTimeout: 50 * time.Millisecond, maxMetrics: 1 << 20}, Release{1, 38})
+	if got.Status != Unknown || !strings.Contains(got.Reason, "deadline exceeded") {
+		t.Errorf("status %q reason %q, want could not tell for the deadline", got.Status, got.Reason)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s, want about the 50ms timeout", d)
+	}
 }

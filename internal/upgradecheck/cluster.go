@@ -7,7 +7,9 @@ import (
 	"slices"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -63,17 +65,28 @@ func CheckCluster(ctx context.Context, c Conn, target Release, opts ...Option) (
 		opt(&o)
 	}
 	logger := klog.FromContext(ctx)
-	var served []string
+	disc := discovery.ToDiscoveryInterfaceWithContext(c.Kube.Discovery())
 	var server string
-	if err := bounded(ctx, o, func(context.Context) error {
-		v, err := c.Kube.Discovery().ServerVersion()
+	var groups *metav1.APIGroupList
+	if err := bounded(ctx, o, func(ctx context.Context) error {
+		v, err := disc.ServerVersionWithContext(ctx)
 		if err != nil {
 			return fmt.Errorf("ask the API server its version: %w", err)
 		}
 		server = v.GitVersion
-		served, err = resourceversion.Served(c.Kube.Discovery())
+		return nil
+	}); err != nil {
+		return nil, target, err
+	}
+	if err := bounded(ctx, o, func(ctx context.Context) error {
+		var err error
+		groups, err = disc.ServerGroupsWithContext(ctx)
 		return err
 	}); err != nil {
+		return nil, target, fmt.Errorf("discover API groups: %w", err)
+	}
+	served, err := resourceversion.Served(fixedGroups{groups})
+	if err != nil {
 		return nil, target, err
 	}
 	if target == (Release{}) {
@@ -85,10 +98,27 @@ func CheckCluster(ctx context.Context, c Conn, target Release, opts ...Option) (
 	}
 	logger.V(2).Info("Checking cluster", "server", server, "served", served, "target", target)
 	cl := &Cluster{Versions: checkVersions(server, served, target)}
-	cl.Storage = checkStorage(ctx, c, o, served, target)
+	cl.Storage = checkStorage(ctx, c, o, served, groupVersions(groups), target)
 	cl.Clients = checkClients(ctx, c, o, target)
 	cl.Install = checkInstall(ctx, c, o)
 	return cl, target, nil
+}
+
+// fixedGroups answers discovery with the groups already read, so that every check sees the same
+// answer and discovery is asked once.
+type fixedGroups struct{ list *metav1.APIGroupList }
+
+func (f fixedGroups) ServerGroups() (*metav1.APIGroupList, error) { return f.list, nil }
+
+// groupVersions are the group versions served, e.g. "storagemigration.k8s.io/v1".
+func groupVersions(groups *metav1.APIGroupList) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, v := range g.Versions {
+			out[v.GroupVersion] = true
+		}
+	}
+	return out
 }
 
 // bounded runs one request with its own timeout.

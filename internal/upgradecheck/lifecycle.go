@@ -79,7 +79,7 @@ var lifecycles = func() []Lifecycle {
 		if err := add(s); err != nil {
 			panic(err) // a scheme registration error is a build defect
 		}
-		for gv := range groupVersions(s) {
+		for gv := range resourceGroupVersions(s) {
 			out = append(out, lifecycleOf(s, gv))
 		}
 	}
@@ -89,7 +89,7 @@ var lifecycles = func() []Lifecycle {
 	return out
 }()
 
-func groupVersions(s *runtime.Scheme) map[schema.GroupVersion]bool {
+func resourceGroupVersions(s *runtime.Scheme) map[schema.GroupVersion]bool {
 	out := map[schema.GroupVersion]bool{}
 	for _, gv := range s.PrioritizedVersionsAllGroups() {
 		if gv.Group == resourceversion.Group {

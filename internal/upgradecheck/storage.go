@@ -21,12 +21,11 @@ type migration struct {
 	succeeded             bool
 }
 
-func checkStorage(ctx context.Context, c Conn, o options, served []string, target Release) Storage {
+func checkStorage(ctx context.Context, c Conn, o options, served []string, groups map[string]bool, target Release) Storage {
 	st := Storage{Status: Safe, Resources: []StoredResource{}}
 	if len(served) == 0 {
 		return st
 	}
-	groups := servedGroupVersions(ctx, c, o)
 	migrations, source, migErr := listMigrations(ctx, c, o, groups)
 	st.Source = source
 	encodings := storageEncodings(ctx, c, o, groups)
@@ -81,24 +80,6 @@ func appendReason(r, more string) string {
 		return more
 	}
 	return r + "; " + more
-}
-
-// servedGroupVersions are the group versions the cluster serves, e.g. "storagemigration.k8s.io/v1".
-func servedGroupVersions(ctx context.Context, c Conn, o options) map[string]bool {
-	out := map[string]bool{}
-	_ = bounded(ctx, o, func(context.Context) error {
-		groups, err := c.Kube.Discovery().ServerGroups()
-		if err != nil {
-			return err
-		}
-		for _, g := range groups.Groups {
-			for _, v := range g.Versions {
-				out[v.GroupVersion] = true
-			}
-		}
-		return nil
-	})
-	return out
 }
 
 // storageMigrationVersions are the storagemigration.k8s.io versions read, newest first: v1 (1.37),

@@ -105,7 +105,11 @@ func TestCheckStorage(t *testing.T) {
 			var limits []int64
 			c := Conn{Kube: kube, Metadata: pagedMetadata{total: tc.objects, limits: &limits},
 				Dynamic: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, tc.migrations...)}
-			got := checkStorage(context.Background(), c, options{requestTimeout: defaultRequestTimeout}, []string{"v1"}, target)
+			groups, err := kube.Discovery().ServerGroups()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := checkStorage(context.Background(), c, options{requestTimeout: defaultRequestTimeout}, []string{"v1"}, groupVersions(groups), target)
 			if got.Status != tc.want || got.Source != tc.source || !strings.Contains(got.Reason, tc.reason) {
 				t.Errorf("status %q source %q reason %q; want %q, %q, a reason containing %q", got.Status, got.Source, got.Reason, tc.want, tc.source, tc.reason)
 			}
