@@ -57,7 +57,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
             cluster's ResourceSlices and DeviceClasses
   status    show every GPU: model, memory, health, and the claim and pod holding it
   why       explain why a pod or ResourceClaim gets no devices
-  fault     inject, clear or list simulated GPU faults`,
+  fault     inject, clear or list simulated GPU faults
+  preflight tell whether upgrading the control plane to a Kubernetes release breaks DRA`,
 		SilenceUsage: true,
 		Annotations: map[string]string{
 			cobra.CommandDisplayNameAnnotation: "kubectl dra",
@@ -73,7 +74,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(logFlags)
 	root.PersistentFlags().AddGoFlag(logFlags.Lookup("v"))
-	root.AddCommand(newUpgradeCommand(streams, flags), newValidateCommand(streams, flags), newStatusCommand(streams, flags), newWhyCommand(streams, flags), newFaultCommand(streams, flags))
+	root.AddCommand(newUpgradeCommand(streams, flags), newValidateCommand(streams, flags), newStatusCommand(streams, flags), newWhyCommand(streams, flags), newFaultCommand(streams, flags), newPreflightCommand(streams, flags))
 	return root
 }
 
