@@ -31,6 +31,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/liveness"
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/driver/podresources"
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
 	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -210,7 +211,15 @@ func (p *instance) newDriver(ctx context.Context, source plugin.DeviceSource, fa
 	if err != nil {
 		return fmt.Errorf("--cdi-root: %w", err)
 	}
-	p.metrics = metrics.New()
+	var mopts []metrics.Option
+	if p.o.PodResourcesSocket != "" {
+		pr, err := podresources.New(p.o.DriverName, p.o.PodResourcesSocket)
+		if err != nil {
+			return fmt.Errorf("--pod-resources-socket: %w", err)
+		}
+		mopts = append(mopts, metrics.WithConsumers(pr))
+	}
+	p.metrics = metrics.New(mopts...)
 	opts := []plugin.DriverOption{plugin.WithMetrics(p.metrics), plugin.WithFatalHandler(fail), plugin.WithHealth(p.health)}
 	if p.o.DeviceStatus {
 		status, err := p.statusWriter()
