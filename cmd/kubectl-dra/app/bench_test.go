@@ -3,8 +3,12 @@ package app
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
@@ -33,7 +37,7 @@ const (
 //	go test -run '^$' -bench BenchmarkFleet1000Nodes -benchtime 5x ./cmd/kubectl-dra/app
 func BenchmarkFleet1000Nodes(b *testing.B) {
 	srv := testapiserver.Start(b)
-	populate(b, srv)
+	populate(b, srv, benchNodes, func(i int) int { return 1 + i%7 })
 	kubeconfig := writeKubeconfig(b, srv.Config)
 	b.Setenv("KUBECONFIG", "")
 	for _, bc := range []struct {
@@ -59,8 +63,50 @@ func BenchmarkFleet1000Nodes(b *testing.B) {
 	}
 }
 
-// populate creates the benchmark's cluster with benchWorkers requests in flight.
-func populate(b *testing.B, srv *testapiserver.Server) {
+// BenchmarkFleetLarge runs status and why against a real kube-apiserver holding
+// GPU_DRA_BENCH_NODES nodes (5,000 unless set) with their slices of 8 GPUs, every GPU held by a
+// claim written with its allocation (40,000 claims at 5,000 nodes). Seeding goes at benchWorkers
+// requests in flight and its time is logged: at 5,000 nodes it takes minutes.
+//
+//	go test -run '^$' -bench BenchmarkFleetLarge -benchtime 3x -timeout 60m ./cmd/kubectl-dra/app
+func BenchmarkFleetLarge(b *testing.B) {
+	nodes := 5000
+	if v := os.Getenv("GPU_DRA_BENCH_NODES"); v != "" {
+		var err error
+		if nodes, err = strconv.Atoi(v); err != nil || nodes < 2 {
+			b.Fatalf("GPU_DRA_BENCH_NODES=%q: want a number of nodes, at least 2", v)
+		}
+	}
+	srv := testapiserver.Start(b)
+	start := time.Now()
+	populate(b, srv, nodes, func(int) int { return benchGPUs })
+	b.Logf("seeded %d nodes, %d slices of %d GPUs and %d allocated claims in %s", nodes, nodes, benchGPUs, nodes*benchGPUs, time.Since(start).Round(time.Second))
+	kubeconfig := writeKubeconfig(b, srv.Config)
+	b.Setenv("KUBECONFIG", "")
+	for _, bc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"status", []string{"status"}, fmt.Sprintf(`(?m)^LATEST-GPU-MODEL +%d +0 +%d`, nodes*benchGPUs, nodes*benchGPUs)},
+		{"status-one-node", []string{"status", "--node", "n0001"}, "n0001"},
+		{"why-eight-held", []string{"why", "resourceclaim/eight"}, fmt.Sprintf("DevicesAllocated: %d matching devices on the %d nodes", nodes*benchGPUs, nodes)},
+		{"why-allocated", []string{"why", "resourceclaim/job-n0001-0"}, "n0001"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				r := run(b, "", append(bc.args, "--kubeconfig", kubeconfig)...)
+				if r.code != 0 || !regexp.MustCompile(bc.want).MatchString(r.stdout) {
+					b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// populate creates the benchmark's cluster of nodes, node i with claims(i) of its GPUs held, with
+// benchWorkers requests in flight.
+func populate(b *testing.B, srv *testapiserver.Server, nodes int, claims func(i int) int) {
 	b.Helper()
 	ctx := context.Background()
 	cs := srv.Clientset
@@ -74,8 +120,8 @@ func populate(b *testing.B, srv *testapiserver.Server) {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(benchWorkers)
-	for i := range benchNodes {
-		g.Go(func() error { return createBenchNode(ctx, srv, i) })
+	for i := range nodes {
+		g.Go(func() error { return createBenchNode(ctx, srv, i, claims(i)) })
 	}
 	if err := g.Wait(); err != nil {
 		b.Fatal(err)
@@ -99,8 +145,8 @@ func populate(b *testing.B, srv *testapiserver.Server) {
 }
 
 // createBenchNode creates node i with a kubelet's kind of status, its slice and the claims holding
-// 1 + i%7 of its GPUs.
-func createBenchNode(ctx context.Context, srv *testapiserver.Server, i int) error {
+// held of its GPUs.
+func createBenchNode(ctx context.Context, srv *testapiserver.Server, i, held int) error {
 	cs := srv.Clientset
 	name := fmt.Sprintf("n%04d", i)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -138,7 +184,7 @@ func createBenchNode(ctx context.Context, srv *testapiserver.Server, i int) erro
 	if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	for d := range 1 + i%7 {
+	for d := range held {
 		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%s-%d", name, d), Namespace: "default"},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
 				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: deviceschema.DefaultDriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}

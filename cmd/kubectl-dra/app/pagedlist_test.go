@@ -159,7 +159,7 @@ func TestListPages(t *testing.T) {
 				}
 				seen[cl.Name] = true
 				if cl.Status.Allocation == nil || cl.Annotations != nil {
-					t.Errorf("claim %s: allocation %v, annotations %v; want the allocation kept, the rest dropped", cl.Name, cl.Status.Allocation, cl.Annotations)
+					t.Fatalf("claim %s: allocation %v, annotations %v; want the allocation kept, the rest dropped", cl.Name, cl.Status.Allocation != nil, cl.Annotations)
 				}
 			}
 			if len(seen) != tc.claims.n {
