@@ -150,6 +150,11 @@ func (o *whyOptions) run(ctx context.Context, kind, name string) error {
 	if err != nil {
 		return err
 	}
+	return o.explain(ctx, src, kind, name)
+}
+
+// explain reads what the answer about kind/name needs from src and prints it.
+func (o *whyOptions) explain(ctx context.Context, src *whySource, kind, name string) error {
 	t, err := src.targets(ctx, kind, name)
 	if err != nil {
 		return err
