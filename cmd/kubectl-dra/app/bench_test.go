@@ -6,7 +6,6 @@ import (
 	"os"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,24 +37,33 @@ const (
 func BenchmarkFleet1000Nodes(b *testing.B) {
 	srv := testapiserver.Start(b)
 	populate(b, srv, benchNodes, func(i int) int { return 1 + i%7 })
-	kubeconfig := writeKubeconfig(b, srv.Config)
-	b.Setenv("KUBECONFIG", "")
-	for _, bc := range []struct {
-		name string
-		args []string
-		want string
-	}{
+	runBenchCases(b, srv, []benchCase{
 		{"status", []string{"status"}, "LATEST-GPU-MODEL   8000      4003   3997"},
 		{"status-one-node", []string{"status", "--node", "n0500"}, "n0500"},
 		{"why-nine", []string{"why", "resourceclaim/nine"}, "TooFewDevices: 9 wanted, best node n0000 has 8 matching"},
 		{"why-eight-held", []string{"why", "resourceclaim/eight"}, "DevicesAllocated: 3997 matching devices on the 1000 nodes"},
 		{"why-two-fit", []string{"why", "resourceclaim/two"}, "Allocatable: the allocator finds devices for the claim now"},
 		{"why-constraint", []string{"why", "resourceclaim/pair"}, "ConstraintUnsatisfiable"},
-	} {
+	})
+}
+
+// benchCase is one command of a benchmark and a regular expression its output matches.
+type benchCase struct {
+	name string
+	args []string
+	want string
+}
+
+// runBenchCases runs each case as a sub-benchmark against srv through a kubeconfig.
+func runBenchCases(b *testing.B, srv *testapiserver.Server, cases []benchCase) {
+	kubeconfig := writeKubeconfig(b, srv.Config)
+	b.Setenv("KUBECONFIG", "")
+	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
+			want := regexp.MustCompile(bc.want)
 			for b.Loop() {
 				r := run(b, "", append(bc.args, "--kubeconfig", kubeconfig)...)
-				if r.code != 0 || !strings.Contains(r.stdout, bc.want) {
+				if r.code != 0 || !want.MatchString(r.stdout) {
 					b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
 				}
 			}
@@ -81,27 +89,12 @@ func BenchmarkFleetLarge(b *testing.B) {
 	start := time.Now()
 	populate(b, srv, nodes, func(int) int { return benchGPUs })
 	b.Logf("seeded %d nodes, %d slices of %d GPUs and %d allocated claims in %s", nodes, nodes, benchGPUs, nodes*benchGPUs, time.Since(start).Round(time.Second))
-	kubeconfig := writeKubeconfig(b, srv.Config)
-	b.Setenv("KUBECONFIG", "")
-	for _, bc := range []struct {
-		name string
-		args []string
-		want string
-	}{
+	runBenchCases(b, srv, []benchCase{
 		{"status", []string{"status"}, fmt.Sprintf(`(?m)^LATEST-GPU-MODEL +%d +0 +%d`, nodes*benchGPUs, nodes*benchGPUs)},
 		{"status-one-node", []string{"status", "--node", "n0001"}, "n0001"},
 		{"why-eight-held", []string{"why", "resourceclaim/eight"}, fmt.Sprintf("DevicesAllocated: %d matching devices on the %d nodes", nodes*benchGPUs, nodes)},
 		{"why-allocated", []string{"why", "resourceclaim/job-n0001-0"}, "n0001"},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			for b.Loop() {
-				r := run(b, "", append(bc.args, "--kubeconfig", kubeconfig)...)
-				if r.code != 0 || !regexp.MustCompile(bc.want).MatchString(r.stdout) {
-					b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
-				}
-			}
-		})
-	}
+	})
 }
 
 // populate creates the benchmark's cluster of nodes, node i with claims(i) of its GPUs held, with

@@ -86,28 +86,12 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 		})
 	}
 	run("ResourceSlices", func() (int, error) {
-		n, err := listInPages(ctx, p, "ResourceSlices", metav1.ListOptions{},
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.dra.ResourceSlices().List(ctx, o)
-			},
-			func() { state.Slices = nil },
-			func(obj runtime.Object) error {
-				state.Slices = append(state.Slices, keptSlice(obj.(*resourceapi.ResourceSlice)))
-				return nil
-			})
+		n, err := listKept(ctx, p, "ResourceSlices", metav1.ListOptions{}, c.dra.ResourceSlices().List, &state.Slices, keptSlice)
 		return n, wrapList("ResourceSlices", err)
 	})
 	if opts.claims {
 		run("ResourceClaims", func() (int, error) {
-			n, err := listInPages(ctx, p, "ResourceClaims", metav1.ListOptions{},
-				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return c.dra.ResourceClaims("").List(ctx, o)
-				},
-				func() { state.Claims = nil },
-				func(obj runtime.Object) error {
-					state.Claims = append(state.Claims, keptClaim(obj.(*resourceapi.ResourceClaim)))
-					return nil
-				})
+			n, err := listKept(ctx, p, "ResourceClaims", metav1.ListOptions{}, c.dra.ResourceClaims("").List, &state.Claims, keptClaim)
 			return n, wrapList("ResourceClaims in all namespaces", err)
 		})
 	}
@@ -118,15 +102,8 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 	})
 	if opts.classes {
 		run("DeviceClasses", func() (int, error) {
-			n, err := listInPages(ctx, p, "DeviceClasses", metav1.ListOptions{},
-				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return c.dra.DeviceClasses().List(ctx, o)
-				},
-				func() { state.Classes = nil },
-				func(obj runtime.Object) error {
-					state.Classes = append(state.Classes, obj.(*resourceapi.DeviceClass))
-					return nil
-				})
+			n, err := listKept(ctx, p, "DeviceClasses", metav1.ListOptions{}, c.dra.DeviceClasses().List, &state.Classes,
+				func(c *resourceapi.DeviceClass) *resourceapi.DeviceClass { return c })
 			return n, wrapList("DeviceClasses", err)
 		})
 	}
@@ -159,12 +136,17 @@ func (c *readClient) listNodes(ctx context.Context, p *progress, labelSelector, 
 	if name != "" {
 		opts.FieldSelector = "metadata.name=" + name
 	}
-	nodes := c.meta.Resource(corev1.SchemeGroupVersion.WithResource("nodes"))
-	return listInPages(ctx, p, "Nodes", opts,
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) },
+	return listKept(ctx, p, "Nodes", opts, c.meta.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List, out, keptNode)
+}
+
+// listKept lists in pages (listInPages) into out what keep keeps of each object.
+func listKept[L runtime.Object, O runtime.Object, T any](ctx context.Context, p *progress, what string, opts metav1.ListOptions,
+	list func(context.Context, metav1.ListOptions) (L, error), out *[]T, keep func(O) T) (int, error) {
+	return listInPages(ctx, p, what, opts,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) },
 		func() { *out = nil },
 		func(obj runtime.Object) error {
-			*out = append(*out, keptNode(obj.(*metav1.PartialObjectMetadata)))
+			*out = append(*out, keep(obj.(O)))
 			return nil
 		})
 }
