@@ -13,17 +13,32 @@ import (
 )
 
 // clusterTimeout bounds every question to the cluster: a plugin that hangs on an unreachable
-// API server is worse than one that says so.
+// API server is worse than one that says so. It is the default of --request-timeout, which bounds
+// each request rather than a command: status and why list a large cluster in many pages, and a
+// bound on all of them would be a bound on the cluster's size.
 const clusterTimeout = 10 * time.Second
 
-// clientset talks to the cluster of the kubeconfig flags, each request bounded by clusterTimeout.
-func clientset(flags *genericclioptions.ConfigFlags) (kubernetes.Interface, error) {
+// restConfig is the kubeconfig flags' client configuration, each request bounded by
+// --request-timeout (clusterTimeout unless set; "0" is no bound, as for kubectl).
+func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
-	cfg.Timeout = clusterTimeout
+	if flags.Timeout == nil || *flags.Timeout == "" {
+		cfg.Timeout = clusterTimeout
+	}
+	return cfg, nil
+}
+
+// clientset talks to the cluster of the kubeconfig flags, each request bounded by
+// --request-timeout.
+func clientset(flags *genericclioptions.ConfigFlags) (kubernetes.Interface, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
+	}
 	return kubernetes.NewForConfig(cfg)
 }
 

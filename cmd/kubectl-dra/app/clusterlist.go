@@ -8,6 +8,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	resourcev1alpha3 "k8s.io/api/resource/v1alpha3"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,14 +17,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/pager"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 
-	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
 // readClient talks to the cluster of the kubeconfig flags as the user, each request bounded by
-// clusterTimeout. Lists of a thousand ResourceSlices decode several times faster from protobuf,
+// --request-timeout. Lists of a thousand ResourceSlices decode several times faster from protobuf,
 // which every built-in type speaks.
 type readClient struct {
 	cs   kubernetes.Interface
@@ -31,12 +33,15 @@ type readClient struct {
 }
 
 func newReadClient(flags *genericclioptions.ConfigFlags) (*readClient, error) {
-	cfg, err := flags.ToRESTConfig()
+	cfg, err := restConfig(flags)
 	if err != nil {
 		return nil, err
 	}
+	return newReadClientForConfig(cfg)
+}
+
+func newReadClientForConfig(cfg *rest.Config) (*readClient, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.Timeout = clusterTimeout
 	// The metadata client asks for its own content type; copy before setting protobuf.
 	meta, err := metadata.NewForConfig(cfg)
 	if err != nil {
@@ -51,8 +56,10 @@ func newReadClient(flags *genericclioptions.ConfigFlags) (*readClient, error) {
 	return &readClient{cs: cs, dra: draclient.New(cs), meta: meta}, nil
 }
 
-// listOptions says what to list besides ResourceSlices, ResourceClaims and DeviceTaintRules.
+// listOptions says what to list besides ResourceSlices and DeviceTaintRules.
 type listOptions struct {
+	// claims lists the ResourceClaims of all namespaces, as keptClaim keeps them.
+	claims  bool
 	classes bool
 	// nodes lists the Nodes (name and labels only); nodeSelector and nodeName narrow the list.
 	nodes        bool
@@ -60,9 +67,9 @@ type listOptions struct {
 	nodeName     string
 }
 
-// list reads the cluster state with one list call per kind, all at once, telling errOut what it
-// waits for when that takes more than progressDelay. notes say what could not be read and is left
-// out (DeviceTaintRules the user may not list).
+// list reads the cluster state, every kind at once, each in pages (listInPages), telling errOut
+// what it waits for when that takes more than progressDelay. notes say what could not be read
+// and is left out (DeviceTaintRules the user may not list).
 func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Writer) (state *clusterState, notes []string, err error) {
 	p := newProgress(errOut, progressDelay)
 	defer p.stop()
@@ -78,35 +85,32 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 			return err
 		})
 	}
-	run("ResourceSlices", func() (n int, err error) {
-		state.Slices, err = inventory.ListSlices(ctx, c.dra)
-		return len(state.Slices), err
+	run("ResourceSlices", func() (int, error) {
+		n, err := listKept(ctx, p, "ResourceSlices", metav1.ListOptions{}, c.dra.ResourceSlices().List, &state.Slices, keptSlice)
+		return n, wrapList("ResourceSlices", err)
 	})
-	run("ResourceClaims", func() (int, error) {
-		claims, err := c.dra.ResourceClaims("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return 0, fmt.Errorf("list ResourceClaims in all namespaces: %w", err)
-		}
-		for i := range claims.Items {
-			state.Claims = append(state.Claims, &claims.Items[i])
-		}
-		return len(state.Claims), nil
-	})
+	if opts.claims {
+		run("ResourceClaims", func() (int, error) {
+			n, err := listKept(ctx, p, "ResourceClaims", metav1.ListOptions{}, c.dra.ResourceClaims("").List, &state.Claims, keptClaim)
+			return n, wrapList("ResourceClaims in all namespaces", err)
+		})
+	}
 	var ruleNote string
 	run("DeviceTaintRules", func() (n int, err error) {
-		state.TaintRules, ruleNote, err = c.listTaintRules(ctx)
+		state.TaintRules, ruleNote, err = c.listTaintRules(ctx, p)
 		return len(state.TaintRules), err
 	})
 	if opts.classes {
-		run("DeviceClasses", func() (n int, err error) {
-			state.Classes, err = inventory.ListClasses(ctx, c.dra)
-			return len(state.Classes), err
+		run("DeviceClasses", func() (int, error) {
+			n, err := listKept(ctx, p, "DeviceClasses", metav1.ListOptions{}, c.dra.DeviceClasses().List, &state.Classes,
+				func(c *resourceapi.DeviceClass) *resourceapi.DeviceClass { return c })
+			return n, wrapList("DeviceClasses", err)
 		})
 	}
 	if opts.nodes {
-		run("Nodes", func() (n int, err error) {
-			state.Nodes, err = c.listNodes(ctx, opts.nodeSelector, opts.nodeName)
-			return len(state.Nodes), err
+		run("Nodes", func() (int, error) {
+			n, err := c.listNodes(ctx, p, opts.nodeSelector, opts.nodeName, &state.Nodes)
+			return n, wrapList("Nodes", err)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -118,64 +122,80 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 	return state, notes, nil
 }
 
-// listNodes reads the nodes' names and labels only: that is all the allocator and a node selector
-// look at, and a thousand full Nodes are megabytes of status.
-func (c *readClient) listNodes(ctx context.Context, labelSelector, name string) ([]*corev1.Node, error) {
+func wrapList(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("list %s: %w", what, err)
+	}
+	return nil
+}
+
+// listNodes reads the nodes' names and labels only (keptNode) into out: a thousand full Nodes
+// are megabytes of status.
+func (c *readClient) listNodes(ctx context.Context, p *progress, labelSelector, name string, out *[]*corev1.Node) (int, error) {
 	opts := metav1.ListOptions{LabelSelector: labelSelector}
 	if name != "" {
 		opts.FieldSelector = "metadata.name=" + name
 	}
-	list, err := c.meta.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("list Nodes: %w", err)
-	}
-	out := make([]*corev1.Node, 0, len(list.Items))
-	for _, m := range list.Items {
-		out = append(out, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: m.Labels, UID: m.UID}})
-	}
-	return out, nil
+	return listKept(ctx, p, "Nodes", opts, c.meta.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List, out, keptNode)
+}
+
+// listKept lists in pages (listInPages) into out what keep keeps of each object.
+func listKept[L runtime.Object, O runtime.Object, T any](ctx context.Context, p *progress, what string, opts metav1.ListOptions,
+	list func(context.Context, metav1.ListOptions) (L, error), out *[]T, keep func(O) T) (int, error) {
+	return listInPages(ctx, p, what, opts,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) },
+		func() { *out = nil },
+		func(obj runtime.Object) error {
+			*out = append(*out, keep(obj.(O)))
+			return nil
+		})
 }
 
 // listTaintRules reads the DeviceTaintRules in the newest version served: v1 (1.37), v1beta2
 // (1.36, converted by k8s.io/dynamic-resource-allocation) or v1alpha3 (1.33–1.35 with the
 // DRADeviceTaints gate). None served is no error; not being allowed to list them is a note.
-func (c *readClient) listTaintRules(ctx context.Context) ([]*resourceapi.DeviceTaintRule, string, error) {
+func (c *readClient) listTaintRules(ctx context.Context, p *progress) ([]*resourceapi.DeviceTaintRule, string, error) {
 	var out []*resourceapi.DeviceTaintRule
-	v1list, err := c.cs.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
-	if err == nil {
-		for i := range v1list.Items {
-			out = append(out, &v1list.Items[i])
-		}
-		return out, "", nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, taintRuleNote(err), nilIfForbidden(err)
-	}
-	beta, err := c.cs.ResourceV1beta2().DeviceTaintRules().List(ctx, metav1.ListOptions{})
-	if err == nil {
-		for i := range beta.Items {
+	versions := []struct {
+		list    pager.ListPageFunc
+		convert func(runtime.Object) (*resourceapi.DeviceTaintRule, error)
+	}{
+		{func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.cs.ResourceV1().DeviceTaintRules().List(ctx, o)
+		}, func(obj runtime.Object) (*resourceapi.DeviceTaintRule, error) {
+			return obj.(*resourceapi.DeviceTaintRule), nil
+		}},
+		{func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.cs.ResourceV1beta2().DeviceTaintRules().List(ctx, o)
+		}, func(obj runtime.Object) (*resourceapi.DeviceTaintRule, error) {
+			beta := obj.(*resourcev1beta2.DeviceTaintRule)
 			r := &resourceapi.DeviceTaintRule{}
-			if err := resourceversion.Scheme().Convert(&beta.Items[i], r, nil); err != nil {
-				return nil, "", fmt.Errorf("convert DeviceTaintRule %s to v1: %w", beta.Items[i].Name, err)
+			if err := resourceversion.Scheme().Convert(beta, r, nil); err != nil {
+				return nil, fmt.Errorf("convert DeviceTaintRule %s to v1: %w", beta.Name, err)
 			}
-			out = append(out, r)
+			return r, nil
+		}},
+		{func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.cs.ResourceV1alpha3().DeviceTaintRules().List(ctx, o)
+		}, func(obj runtime.Object) (*resourceapi.DeviceTaintRule, error) {
+			return taintRuleFromV1alpha3(obj.(*resourcev1alpha3.DeviceTaintRule)), nil
+		}},
+	}
+	for _, v := range versions {
+		_, err := listInPages(ctx, p, "DeviceTaintRules", metav1.ListOptions{}, v.list, func() { out = nil },
+			func(obj runtime.Object) error {
+				r, err := v.convert(obj)
+				out = append(out, r)
+				return err
+			})
+		switch {
+		case err == nil:
+			return out, "", nil
+		case !apierrors.IsNotFound(err):
+			return nil, taintRuleNote(err), nilIfForbidden(err)
 		}
-		return out, "", nil
 	}
-	if !apierrors.IsNotFound(err) {
-		return nil, taintRuleNote(err), nilIfForbidden(err)
-	}
-	alpha, err := c.cs.ResourceV1alpha3().DeviceTaintRules().List(ctx, metav1.ListOptions{})
-	switch {
-	case err == nil:
-		for i := range alpha.Items {
-			out = append(out, taintRuleFromV1alpha3(&alpha.Items[i]))
-		}
-		return out, "", nil
-	case apierrors.IsNotFound(err):
-		return nil, "", nil
-	}
-	return nil, taintRuleNote(err), nilIfForbidden(err)
+	return nil, "", nil
 }
 
 func taintRuleNote(err error) string {

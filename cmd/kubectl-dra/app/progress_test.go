@@ -53,4 +53,32 @@ func TestProgress(t *testing.T) {
 			t.Errorf("printed:\n%s", out.String())
 		}
 	})
+	t.Run("pages are counted", func(t *testing.T) {
+		var out syncBuffer
+		p := newProgress(&out, 10*time.Millisecond)
+		p.begin("ResourceClaims")
+		time.Sleep(100 * time.Millisecond)
+		p.page("ResourceClaims", 500)
+		p.page("ResourceClaims", 234)
+		p.done("ResourceClaims", 734)
+		p.stop()
+		if !strings.Contains(out.String(), "kubectl dra: 734 ResourceClaims listed in 2 pages (") {
+			t.Errorf("printed:\n%s", out.String())
+		}
+	})
+	t.Run("a terminal sees pages and objects read, then a clean line", func(t *testing.T) {
+		var out syncBuffer
+		p := newProgress(&out, time.Hour)
+		p.tty = true
+		p.begin("ResourceSlices")
+		p.begin("ResourceClaims")
+		p.show()
+		p.page("ResourceClaims", 500)
+		p.page("ResourceClaims", 500)
+		p.stop()
+		got := out.String()
+		if !strings.Contains(got, "\r\033[Kkubectl dra: listing ResourceSlices, ResourceClaims 1000 (2 pages) (") || !strings.HasSuffix(got, "\r\033[K") {
+			t.Errorf("printed %q", got)
+		}
+	})
 }

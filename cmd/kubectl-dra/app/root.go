@@ -70,6 +70,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	// Only the connection flags: namespaces come from the manifests.
 	root.PersistentFlags().StringVar(flags.KubeConfig, "kubeconfig", "", "path to the kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
 	root.PersistentFlags().StringVar(flags.Context, "context", "", "kubeconfig context to use")
+	root.PersistentFlags().StringVar(flags.Timeout, "request-timeout", clusterTimeout.String(), "how long to wait for one request to the API server (a list is one request a page); 0: no bound")
 	// Of klog's flags only the verbosity: the plugin logs to standard error and nowhere else.
 	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(logFlags)

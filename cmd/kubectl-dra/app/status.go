@@ -49,8 +49,9 @@ DRADeviceTaints is on); a device with a NoSchedule or NoExecute taint or such a 
 UNHEALTHY in the totals, whether or not a claim holds it.
 
 It reads with your credentials: ResourceSlices, ResourceClaims in all namespaces and, where the
-cluster serves them, DeviceTaintRules (one list each), plus Nodes with -l or --node; or all of
-them from --cluster-state (e.g. the output of "kubectl get resourceslices,resourceclaims -A -o yaml").`,
+cluster serves them, DeviceTaintRules, plus Nodes with -l or --node, each listed in pages of 500
+(from the API server's watch cache on Kubernetes 1.34 and later); or all of them from
+--cluster-state (e.g. the output of "kubectl get resourceslices,resourceclaims -A -o yaml").`,
 		Example: `  # Every GPU of the cluster and who holds it
   kubectl dra status
 
@@ -152,7 +153,7 @@ func (o *statusOptions) load(ctx context.Context) (*clusterState, []string, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.list(ctx, listOptions{nodes: o.selector != "" || o.node != "", nodeSelector: o.selector, nodeName: o.node}, o.streams.ErrOut)
+	return c.list(ctx, listOptions{claims: true, nodes: o.selector != "" || o.node != "", nodeSelector: o.selector, nodeName: o.node}, o.streams.ErrOut)
 }
 
 // selectNodes applies -l and --node to the nodes read (the API server has already applied them to

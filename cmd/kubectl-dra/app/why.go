@@ -49,9 +49,11 @@ taints, a matchAttribute constraint that cannot hold, partition counters used up
 where there is one. It runs the scheduler's allocator (k8s.io/dynamic-resource-allocation) with
 the cluster's current allocations, so the answer agrees with the scheduler's.
 
-It reads with your credentials: the pod, ResourceSlices, DeviceClasses, Nodes (names and labels),
-ResourceClaims in all namespaces and, where served, DeviceTaintRules; or all of them from
---cluster-state. Causes in -o json: ` + strings.Join(causeNames(), ", ") + `.`,
+It reads with your credentials: the pod and its claims, ResourceSlices and, where served,
+DeviceTaintRules; for a claim that is not allocated also DeviceClasses, Nodes (names and labels)
+and the allocations of the ResourceClaims in all namespaces. Lists go in pages of 500 (from the
+API server's watch cache on Kubernetes 1.34 and later). Or all of them from --cluster-state.
+Causes in -o json: ` + strings.Join(causeNames(), ", ") + `.`,
 		Example: `  # A pod stuck in Pending
   kubectl dra why pod/train-0 -n team-a
 
@@ -149,39 +151,39 @@ func (o *whyOptions) run(ctx context.Context, kind, name string) error {
 	if err != nil {
 		return err
 	}
-	ns := src.namespace
-	var pod *corev1.Pod
-	if kind == targetPod {
-		if pod, err = src.pod(ctx, ns, name); err != nil {
-			return err
-		}
-	}
-	state, err := src.state(ctx)
+	return o.explain(ctx, src, kind, name)
+}
+
+// explain reads what the answer about kind/name needs from src and prints it.
+func (o *whyOptions) explain(ctx context.Context, src *whySource, kind, name string) error {
+	t, err := src.targets(ctx, kind, name)
 	if err != nil {
 		return err
 	}
-	fl := deviceusage.Build(state.fleetInput())
+	// The cluster's allocations matter only to a claim that is not allocated: the others say
+	// where their devices are, which the slices tell.
+	state, err := src.state(ctx, t.needDiagnosis())
+	if err != nil {
+		return err
+	}
+	in := state.fleetInput()
+	if in.Claims == nil {
+		in.Claims = t.known()
+	}
+	fl := deviceusage.Build(in)
 	view := feasibility.New(&inventory.Objects{Slices: fl.Slices, Classes: state.Classes, Nodes: state.Nodes},
 		celcheck.New(o.driverName, deviceschema.DeviceSchema()))
-	claims := map[string]*resourceapi.ResourceClaim{}
-	for _, c := range state.Claims {
-		claims[c.Namespace+"/"+c.Name] = c
-	}
 	rep := whyReport{Claims: []claimReport{}}
-	if pod == nil {
-		c := claims[ns+"/"+name]
-		if c == nil {
-			return fmt.Errorf("resourceclaim %q not found in namespace %q", name, ns)
-		}
-		cr, err := explainClaim(ctx, view, fl, c)
+	if t.pod == nil {
+		cr, err := explainClaim(ctx, view, fl, t.claims[0].claim)
 		if err != nil {
 			return err
 		}
 		rep.Claims = append(rep.Claims, cr)
 	} else {
-		rep.Pod = summarizePod(pod)
-		for i := range pod.Spec.ResourceClaims {
-			cr, err := o.explainPodClaim(ctx, src, view, fl, claims, pod, &pod.Spec.ResourceClaims[i])
+		rep.Pod = summarizePod(t.pod)
+		for i := range t.claims {
+			cr, err := o.explainPodClaim(ctx, src, view, fl, t.pod, &t.claims[i])
 			if err != nil {
 				return err
 			}
@@ -195,6 +197,82 @@ func (o *whyOptions) run(ctx context.Context, kind, name string) error {
 	return nil
 }
 
+// whyTargets are what why is asked about: a claim, or a pod and the claims of its
+// spec.resourceClaims, read one by one.
+type whyTargets struct {
+	pod    *corev1.Pod
+	claims []podClaim
+}
+
+// podClaim is one entry of a pod's spec.resourceClaims and the claim behind it: claim is nil
+// while the template's claim is not created (notCreated), when the entry needs none (name nil),
+// or when the named claim does not exist.
+type podClaim struct {
+	entry      *corev1.PodResourceClaim
+	name       *string
+	notCreated bool
+	claim      *resourceapi.ResourceClaim
+	// err is resourceclaim.Name's answer for the entry, other than ErrClaimNotFound.
+	err error
+}
+
+func (s *whySource) targets(ctx context.Context, kind, name string) (*whyTargets, error) {
+	ns := s.namespace
+	if kind != targetPod {
+		c, err := s.claim(ctx, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		if c == nil {
+			return nil, fmt.Errorf("resourceclaim %q not found in namespace %q", name, ns)
+		}
+		return &whyTargets{claims: []podClaim{{claim: c}}}, nil
+	}
+	pod, err := s.pod(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	t := &whyTargets{pod: pod}
+	for i := range pod.Spec.ResourceClaims {
+		pc := podClaim{entry: &pod.Spec.ResourceClaims[i]}
+		pc.name, _, err = resourceclaim.Name(pod, pc.entry)
+		switch {
+		case errors.Is(err, resourceclaim.ErrClaimNotFound):
+			pc.notCreated = true
+		case err != nil:
+			pc.err = err
+		case pc.name != nil:
+			if pc.claim, err = s.claim(ctx, ns, *pc.name); err != nil {
+				return nil, err
+			}
+		}
+		t.claims = append(t.claims, pc)
+	}
+	return t, nil
+}
+
+// needDiagnosis tells whether a claim is to be diagnosed: one that is not allocated, or a
+// template whose claim is not created yet.
+func (t *whyTargets) needDiagnosis() bool {
+	for _, pc := range t.claims {
+		if pc.notCreated || pc.claim != nil && pc.claim.Status.Allocation == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// known are the target claims that exist.
+func (t *whyTargets) known() []*resourceapi.ResourceClaim {
+	var out []*resourceapi.ResourceClaim
+	for _, pc := range t.claims {
+		if pc.claim != nil {
+			out = append(out, pc.claim)
+		}
+	}
+	return out
+}
+
 func summarizePod(pod *corev1.Pod) *podSummary {
 	s := &podSummary{Namespace: pod.Namespace, Name: pod.Name, Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName}
 	for _, c := range pod.Status.Conditions {
@@ -205,13 +283,15 @@ func summarizePod(pod *corev1.Pod) *podSummary {
 	return s
 }
 
-// explainPodClaim finds the claim behind one entry of pod.spec.resourceClaims: a named claim, the
-// claim generated from a template, or, before the controller created it, the template's spec.
+// explainPodClaim explains one entry of pod.spec.resourceClaims: a named claim, the claim
+// generated from a template, or, before the controller created it, the template's spec.
 func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *feasibility.View, fl *deviceusage.Fleet,
-	claims map[string]*resourceapi.ResourceClaim, pod *corev1.Pod, pc *corev1.PodResourceClaim) (claimReport, error) {
-	name, _, err := resourceclaim.Name(pod, pc)
+	pod *corev1.Pod, pclaim *podClaim) (claimReport, error) {
+	pc := pclaim.entry
 	switch {
-	case errors.Is(err, resourceclaim.ErrClaimNotFound):
+	case pclaim.err != nil:
+		return claimReport{}, pclaim.err
+	case pclaim.notCreated:
 		cr := claimReport{Namespace: pod.Namespace, PodClaim: pc.Name, Template: *pc.ResourceClaimTemplateName}
 		t, err := src.template(ctx, pod.Namespace, *pc.ResourceClaimTemplateName)
 		if err != nil {
@@ -228,15 +308,13 @@ func (o *whyOptions) explainPodClaim(ctx context.Context, src *whySource, view *
 			return claimReport{}, fmt.Errorf("ResourceClaimTemplate %s/%s: %w", pod.Namespace, cr.Template, err)
 		}
 		return cr, nil
-	case err != nil:
-		return claimReport{}, err
-	case name == nil:
+	case pclaim.name == nil:
 		return claimReport{Namespace: pod.Namespace, PodClaim: pc.Name, Note: "the pod needs no claim for this entry"}, nil
 	}
-	c := claims[pod.Namespace+"/"+*name]
+	c := pclaim.claim
 	if c == nil {
-		return claimReport{Namespace: pod.Namespace, Name: *name, PodClaim: pc.Name,
-			Note: fmt.Sprintf("ResourceClaim %q does not exist: create it, or fix spec.resourceClaims of the pod", *name)}, nil
+		return claimReport{Namespace: pod.Namespace, Name: *pclaim.name, PodClaim: pc.Name,
+			Note: fmt.Sprintf("ResourceClaim %q does not exist: create it, or fix spec.resourceClaims of the pod", *pclaim.name)}, nil
 	}
 	cr, err := explainClaim(ctx, view, fl, c)
 	cr.PodClaim = pc.Name
@@ -348,11 +426,33 @@ func (s *whySource) template(ctx context.Context, ns, name string) (*resourceapi
 	return t, nil
 }
 
-func (s *whySource) state(ctx context.Context) (*clusterState, error) {
+// claim returns the named claim, or nil when it does not exist.
+func (s *whySource) claim(ctx context.Context, ns, name string) (*resourceapi.ResourceClaim, error) {
+	if s.file != nil {
+		for _, c := range s.file.Claims {
+			if c.Namespace == ns && c.Name == name {
+				return c, nil
+			}
+		}
+		return nil, nil
+	}
+	c, err := s.client.dra.ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get ResourceClaim %s/%s: %w", ns, name, err)
+	}
+	return c, nil
+}
+
+// state reads what the diagnosis looks at: the slices, and with diagnose the classes, nodes and
+// every claim's allocation too.
+func (s *whySource) state(ctx context.Context, diagnose bool) (*clusterState, error) {
 	if s.file != nil {
 		return s.file, nil
 	}
-	state, notes, err := s.client.list(ctx, listOptions{classes: true, nodes: true}, s.errOut)
+	state, notes, err := s.client.list(ctx, listOptions{claims: diagnose, classes: diagnose, nodes: diagnose}, s.errOut)
 	for _, n := range notes {
 		fmt.Fprintf(s.errOut, "kubectl dra: %s\n", n)
 	}

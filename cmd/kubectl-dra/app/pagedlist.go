@@ -1,0 +1,93 @@
+package app
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/pager"
+)
+
+// listPageSize is how many objects one list request asks for: 500 claims are about a megabyte
+// of protobuf, 500 slices of 8 GPUs about ten, each request well within its timeout.
+const listPageSize = 500
+
+// listInPages lists in pages of listPageSize with client-go's pager, handing each object to each
+// and counting the pages on p. start runs before the first page and again if the list starts
+// over, so that what each gathered can be dropped. Each page is let go once each has seen its
+// objects (each keeps what status and why read, not the object), and the pager fetches the next
+// page only once the last one is handed over: at most two pages are held decoded.
+//
+// Which resourceVersion: none (""), the consistent read, with a limit. From 1.34 on
+// (ListFromCacheSnapshot, beta and on by default) the API server serves such a list from its watch
+// cache, the first page once the cache has caught up with etcd and every further page from the
+// cache's snapshot at the first page's revision; before that (1.32, 1.33) the server reads each
+// page from etcd, one bounded range read of 500 keys, as `kubectl get` does. resourceVersion "0"
+// would be served from the cache on every release, but the cache ignores the limit with it
+// (through 1.37): one response holding every claim, the request this tool must not make on a
+// large cluster.
+//
+// A continue token expires when the revision it reads at is compacted (etcd) or has left the
+// cache's snapshots: the server answers 410 Gone. The list then starts over once, at the newest
+// revision, and p says so; a second expiry is an error.
+func listInPages(ctx context.Context, p *progress, what string, opts metav1.ListOptions, list pager.ListPageFunc, start func(), each func(runtime.Object) error) (int, error) {
+	n := 0
+	pg := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		obj, err := list(ctx, o)
+		if err == nil {
+			p.page(what, meta.LenList(obj))
+		}
+		return obj, err
+	})
+	pg.PageSize = listPageSize
+	pg.PageBufferSize = 0
+	opts.ResourceVersion, opts.ResourceVersionMatch, opts.Continue, opts.Limit = "", "", "", listPageSize
+	for restarted := false; ; restarted = true {
+		n = 0
+		start()
+		err := pg.EachListItem(ctx, opts, func(obj runtime.Object) error {
+			n++
+			return each(obj)
+		})
+		if err == nil || restarted || !isExpired(err) {
+			return n, err
+		}
+		p.restart(what, err)
+	}
+}
+
+// isExpired tells an expired continue token: 410 Gone, reason Expired.
+func isExpired(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}
+
+// keptClaim is what status and why read of a ResourceClaim they did not ask for by name: which it
+// is, whether it is going away, its allocation and its consumers. Its spec, the driver's
+// status.devices, labels, annotations and managedFields are most of a claim's bytes and go.
+func keptClaim(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		TypeMeta: c.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
+			ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp},
+		Status: resourceapi.ResourceClaimStatus{Allocation: c.Status.Allocation, ReservedFor: c.Status.ReservedFor},
+	}
+}
+
+// keptSlice is what status and why read of a ResourceSlice: its spec and its name. Its
+// managedFields (a field set per device) are as large as the devices.
+func keptSlice(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		TypeMeta:   s.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion, Generation: s.Generation, Labels: s.Labels},
+		Spec:       s.Spec,
+	}
+}
+
+// keptNode is a Node's name and labels, all the allocator and a node selector read.
+func keptNode(m *metav1.PartialObjectMetadata) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: m.Labels, UID: m.UID}}
+}
