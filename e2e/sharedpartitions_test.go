@@ -19,7 +19,8 @@ import (
 // partitions) and runs the reference driver's gpu-allow-multiple-allocations-partitionable demo
 // (image swapped). Where the API server keeps both partitionable devices and consumable capacity
 // (1.36+), the demo's two claims each get a share (8Gi, 10 compute) of the same partition, and both
-// pods see that partition, as the demo's README shows. Where it keeps partitions only, the group
+// pods see that partition, as the demo's README shows (in this driver's variables for a partition,
+// GPU_DEVICE_<gpu>_PARTITION_<n>, with the share's size). Where it keeps partitions only, the group
 // falls back to plain partitions (the claims lose their capacity requests and get a partition
 // each); where it keeps neither, to whole GPUs, one per claim. The plugin says which once.
 func TestSharedPartitions(t *testing.T) {
@@ -32,7 +33,7 @@ func TestSharedPartitions(t *testing.T) {
 
 	ns := "gpu-allow-multiple-allocations-partitionable"
 	applyUpstream(t, c, ns, version, ns)
-	devices := map[string]string{}
+	envs := map[string]map[string]string{}
 	var results []resourceapi.DeviceRequestAllocationResult
 	for _, pod := range []string{"pod0", "pod1"} {
 		c.WaitForPodPhase(t, ns, pod, 2*time.Minute, corev1.PodRunning)
@@ -40,28 +41,31 @@ func TestSharedPartitions(t *testing.T) {
 		framework.Eventually(t, time.Minute, pod+"'s exported variables", func() (bool, error) {
 			var err error
 			logs, err = c.KubectlErr("-n", ns, "logs", pod, "-c", "ctr0")
-			return strings.Contains(logs, "GPU_DEVICE_0"), err
+			return strings.Contains(logs, "GPU_DEVICE_"), err
 		})
-		devices[pod] = exportedEnv(logs)["GPU_DEVICE_0"]
+		envs[pod] = exportedEnv(logs)
 		claim, err := draclient.New(c.Clientset).ResourceClaims(ns).Get(context.Background(), "shared-partition-"+pod, metav1.GetOptions{})
 		if err != nil || claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
 			t.Fatalf("claim of %s: %+v %v", pod, claim, err)
 		}
 		results = append(results, claim.Status.Allocation.Devices.Results[0])
 	}
-	t.Logf("pods see %v; claims got %s and %s", devices, results[0].Device, results[1].Device)
-	for pod, dev := range devices {
-		if dev == "" {
-			t.Errorf("%s sees no GPU_DEVICE_0", pod)
-		}
-	}
+	t.Logf("claims got %s and %s", results[0].Device, results[1].Device)
 
 	partition := regexp.MustCompile(`^gpu-[0-9]+-partition-[0-9]+$`)
 	switch {
 	case partitions && shares:
-		// As the demo's README: both pods on the same partition, each with its own share.
-		if devices["pod0"] != devices["pod1"] || !partition.MatchString(results[0].Device) || results[0].Device != results[1].Device {
-			t.Errorf("want both claims on one partition: %s, %s (pods see %v)", results[0].Device, results[1].Device, devices)
+		// As the demo's README: both pods on the same partition, each with its own share, its
+		// size in the partition's variables (named as for any partition).
+		if !partition.MatchString(results[0].Device) || results[0].Device != results[1].Device {
+			t.Fatalf("want both claims on one partition: %s, %s", results[0].Device, results[1].Device)
+		}
+		m := partitionName.FindStringSubmatch(results[0].Device)
+		id := "GPU_DEVICE_" + m[1] + "_PARTITION_" + m[2]
+		for pod, env := range envs {
+			if env[id] != results[0].Device || env[id+"_MEMORY"] != "8Gi" || env[id+"_COMPUTE"] != "10" {
+				t.Errorf("%s sees %v; want %s=%s, %s_MEMORY=8Gi, %s_COMPUTE=10", pod, env, id, results[0].Device, id, id)
+			}
 		}
 		for i, r := range results {
 			mem, comp := r.ConsumedCapacity["memory"], r.ConsumedCapacity["compute"]
