@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,14 +13,17 @@ import (
 	"testing"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
 )
 
 // prometheus is a real Prometheus (Debian's, unpacked by `make deps`) on this machine, scraping
-// the chart's metrics Services the way the chart's ServiceMonitors tell the Prometheus Operator
-// to, with the rules of the chart's PrometheusRule.
+// the chart's metrics Services' endpoints the way the chart's ServiceMonitors tell the Prometheus
+// Operator to, with the rules of the chart's PrometheusRule.
 type prometheus struct {
 	url string
 }
@@ -57,27 +61,44 @@ func findObject(t *testing.T, objs []map[string]any, kind, name string) map[stri
 	return nil
 }
 
-// scrapeConfig is what the ServiceMonitors ask of the operator: the metrics Services' endpoints,
-// job = the Service's name, the plugin's series labelled with their node and keeping their own
-// namespace, pod and container labels (honorLabels).
-func scrapeConfig(kubeconfig, rules string) map[string]any {
+// scrapeConfig is what the ServiceMonitors ask of the operator: the endpoints of the chart's
+// metrics Services, job = the Service's name, each series labelled with its pod's namespace, pod
+// and node, the plugin's keeping their own namespace, pod and container labels (honorLabels).
+// Debian's Prometheus is built without Kubernetes service discovery, so the test reads the
+// EndpointSlices itself, as the operator would, and lists them as static targets.
+func scrapeConfig(t *testing.T, c *framework.Cluster, rules string) map[string]any {
+	t.Helper()
 	job := func(component string, honor bool) map[string]any {
-		return map[string]any{
-			"job_name":     component,
-			"honor_labels": honor,
-			"kubernetes_sd_configs": []any{map[string]any{
-				"role": "endpoints", "kubeconfig_file": kubeconfig,
-				"namespaces": map[string]any{"names": []any{releaseNS}},
-			}},
-			"relabel_configs": []any{
-				map[string]any{"source_labels": []any{"__meta_kubernetes_service_name"}, "regex": release + "-" + component + "-metrics", "action": "keep"},
-				map[string]any{"source_labels": []any{"__meta_kubernetes_endpoint_port_name"}, "regex": "metrics", "action": "keep"},
-				map[string]any{"source_labels": []any{"__meta_kubernetes_service_name"}, "target_label": "job"},
-				map[string]any{"source_labels": []any{"__meta_kubernetes_namespace"}, "target_label": "namespace"},
-				map[string]any{"source_labels": []any{"__meta_kubernetes_pod_name"}, "target_label": "pod"},
-				map[string]any{"source_labels": []any{"__meta_kubernetes_pod_node_name"}, "target_label": "node"},
-			},
-		}
+		service := release + "-" + component + "-metrics"
+		var groups []any
+		framework.Eventually(t, time.Minute, "endpoints of "+service, func() (bool, error) {
+			slices, err := c.Clientset.DiscoveryV1().EndpointSlices(releaseNS).List(context.Background(),
+				metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+			if err != nil {
+				return false, err
+			}
+			groups = nil
+			for _, sl := range slices.Items {
+				port := int32(0)
+				for _, p := range sl.Ports {
+					if p.Name != nil && *p.Name == "metrics" && p.Port != nil {
+						port = *p.Port
+					}
+				}
+				for _, ep := range sl.Endpoints {
+					if port == 0 || len(ep.Addresses) == 0 || ep.TargetRef == nil || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) {
+						continue
+					}
+					groups = append(groups, map[string]any{
+						"targets": []any{net.JoinHostPort(ep.Addresses[0], fmt.Sprint(port))},
+						"labels": map[string]any{"job": service, "namespace": releaseNS, "pod": ep.TargetRef.Name,
+							"node": ptr.Deref(ep.NodeName, "")},
+					})
+				}
+			}
+			return len(groups) > 0, nil
+		})
+		return map[string]any{"job_name": component, "honor_labels": honor, "static_configs": groups}
 	}
 	return map[string]any{
 		"global":         map[string]any{"scrape_interval": "5s", "evaluation_interval": "5s"},
@@ -104,7 +125,7 @@ func startPrometheus(t *testing.T, c *framework.Cluster, objs []map[string]any) 
 		return p
 	}
 	rules := write("rules.yaml", rule["spec"])
-	config := write("prometheus.yaml", scrapeConfig(c.Kubeconfig, rules))
+	config := write("prometheus.yaml", scrapeConfig(t, c, rules))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
