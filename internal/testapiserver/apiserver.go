@@ -40,6 +40,7 @@ type options struct {
 	runtimeConfig string
 	featureGates  string
 	webhooks      envtest.WebhookInstallOptions
+	etcdDataDir   string
 }
 
 // Option configures the server.
@@ -58,11 +59,17 @@ func WithFeatureGates(fg string) Option { return func(o *options) { o.featureGat
 // serving certificate; read LocalServingCertDir/Host/Port from Server.Env.WebhookInstallOptions).
 func WithWebhooks(w envtest.WebhookInstallOptions) Option { return func(o *options) { o.webhooks = w } }
 
+// WithEtcdDataDir keeps etcd's data in dir, which outlives the server: a server started later on
+// the same dir finds what this one stored, as after a control-plane upgrade.
+func WithEtcdDataDir(dir string) Option { return func(o *options) { o.etcdDataDir = dir } }
+
 // Server is a running control plane.
 type Server struct {
 	Env       *envtest.Environment
 	Config    *rest.Config
 	Clientset kubernetes.Interface
+
+	stop sync.Once
 }
 
 // AssetsDir returns the binaries' directory. Without it a test skips loudly, except in CI (CI=true),
@@ -156,6 +163,9 @@ func Start(t testing.TB, opts ...Option) *Server {
 		WebhookInstallOptions: o.webhooks,
 		ControlPlane:          envtest.ControlPlane{APIServer: &envtest.APIServer{}},
 	}
+	if o.etcdDataDir != "" {
+		env.ControlPlane.Etcd = &envtest.Etcd{DataDir: o.etcdDataDir}
+	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	if o.runtimeConfig != "" {
 		args.Set("runtime-config", o.runtimeConfig)
@@ -167,16 +177,30 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if err != nil {
 		t.Fatalf("start kube-apiserver (runtime-config %q): %v", o.runtimeConfig, err)
 	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop kube-apiserver: %v", err)
-		}
-	})
+	s := &Server{Env: env, Config: cfg}
+	t.Cleanup(func() { s.Stop(t) })
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatalf("clientset: %v", err)
 	}
-	return &Server{Env: env, Config: cfg, Clientset: cs}
+	s.Clientset = cs
+	return s
+}
+
+// Stop stops kube-apiserver and etcd before the test ends, e.g. to start another release on the
+// same WithEtcdDataDir; stopping twice is harmless.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.stop.Do(func() {
+		if err := s.Env.Stop(); err != nil {
+			t.Logf("stop kube-apiserver: %v", err)
+		}
+	})
+}
+
+// EtcdEndpoint is the URL of the server's etcd, for tests that read what the API server stored.
+func (s *Server) EtcdEndpoint() string {
+	return s.Env.ControlPlane.Etcd.URL.String()
 }
 
 // ServedResourceVersions lists the resource.k8s.io versions the server serves, newest first.
