@@ -1,6 +1,7 @@
 package migrate_test
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -50,23 +51,11 @@ func TestStorageVersionMigration(t *testing.T) {
 			if version == "v1alpha1" {
 				want["version"] = "v1"
 			}
-			if got := migratedResource(t, svm.created[0]); !equalMaps(got, want) {
+			if got := migratedResource(t, svm.created[0]); !maps.Equal(got, want) {
 				t.Errorf("spec.resource %v, want %v", got, want)
 			}
 		})
 	}
-}
-
-func equalMaps(a, b map[string]any) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestStorageVersionMigrationFailed: a migration that fails leaves the resource to a rewrite and
