@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpu-dra/gpu-dra/internal/migrate"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
@@ -95,6 +96,11 @@ func (o *migrateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// client-go's default of 5 requests a second would make a rewrite of thousands of objects take
+	// minutes; --concurrency bounds the requests in flight, and the API server's priority and
+	// fairness shares its capacity.
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS = -1
 	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
