@@ -173,7 +173,8 @@ func (s *fakeServer) update(a clienttesting.Action) (bool, runtime.Object, error
 }
 
 // migrations answers StorageVersionMigrations as a migrator controller would: each is created
-// with a generated name and, once read polls times, carries condition (none: no controller).
+// with a generated name and, once any has been read polls times, carries condition (none: no
+// controller).
 type migrations struct {
 	mu        sync.Mutex
 	created   []*unstructured.Unstructured
@@ -196,7 +197,15 @@ func (m *migrations) install(c *fakedynamic.FakeDynamicClient) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.gets++
-		obj := m.created[len(m.created)-1].DeepCopy()
+		var obj *unstructured.Unstructured
+		for _, c := range m.created {
+			if c.GetName() == a.(clienttesting.GetAction).GetName() {
+				obj = c.DeepCopy()
+			}
+		}
+		if obj == nil {
+			return true, nil, apierrors.NewNotFound(a.GetResource().GroupResource(), a.(clienttesting.GetAction).GetName())
+		}
 		if m.condition != "" && m.gets > m.polls {
 			cond := map[string]any{"type": m.condition, "status": "True", "reason": m.condition, "message": "migrator says " + m.condition,
 				"lastTransitionTime": "2026-01-01T00:00:00Z"}

@@ -2,10 +2,10 @@ package migrate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,8 +100,9 @@ func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.re
 // (default 30s).
 func WithStartTimeout(d time.Duration) Option { return func(o *options) { o.startTimeout = d } }
 
-// WithMigrationTimeout bounds the wait for one StorageVersionMigration to succeed (default 10m);
-// after it the objects are rewritten instead.
+// WithMigrationTimeout bounds the wait for the StorageVersionMigrations to succeed (default 2m);
+// after it the objects of those that did not are rewritten instead. On an idle cluster a
+// migration can stay Running for minutes.
 func WithMigrationTimeout(d time.Duration) Option { return func(o *options) { o.migrationTimeout = d } }
 
 // WithPollInterval is how often a StorageVersionMigration's status is read (default 1s).
@@ -124,7 +125,7 @@ type Migrator struct {
 func New(client dynamic.Interface, d discovery.DiscoveryInterface, opts ...Option) (*Migrator, error) {
 	o := options{
 		method: Auto, concurrency: 4, pageSize: 500, requestTimeout: 30 * time.Second,
-		startTimeout: 30 * time.Second, migrationTimeout: 10 * time.Minute, pollInterval: time.Second,
+		startTimeout: 30 * time.Second, migrationTimeout: 2 * time.Minute, pollInterval: time.Second,
 		progress: func(string, string) {},
 	}
 	for _, opt := range opts {
@@ -162,32 +163,27 @@ func (m *Migrator) Run(ctx context.Context) ([]Result, error) {
 		}
 	}
 	logger.V(2).Info("Migrating", "version", version, "resources", len(resources), "storageMigrationVersion", svmVersion)
+	var migrations map[string]migration
+	if svmVersion != "" && !m.o.dryRun {
+		migrations = m.migrateAll(ctx, svmVersion, version, resources)
+	}
 	var results []Result
-	var skipped error
 	for _, res := range resources {
 		gvr := schema.GroupVersionResource{Group: resourceversion.Group, Version: version, Resource: res}
 		r := Result{Resource: res, Version: version, DryRun: m.o.dryRun}
-		switch {
+		switch mig := migrations[res]; {
 		case svmVersion != "" && m.o.dryRun:
 			r.Note = fmt.Sprintf("%s/%s is served: a StorageVersionMigration runs first", storageMigrationGroup, svmVersion)
+		case svmVersion != "" && mig.err == nil:
+			r.Method, r.Migration = StorageVersionMigration, mig.name
+			results = append(results, r)
+			continue
 		case svmVersion != "":
-			name, err := m.viaStorageVersionMigration(ctx, svmVersion, gvr)
-			if err == nil {
-				r.Method, r.Migration = StorageVersionMigration, name
-				results = append(results, r)
-				continue
-			}
 			if m.o.method == StorageVersionMigration || ctx.Err() != nil {
-				return results, fmt.Errorf("%s: %w", res, err)
+				return results, fmt.Errorf("%s: %w", res, mig.err)
 			}
-			r.Note = err.Error()
-			m.o.progress(res, err.Error()+"; rewriting each object instead")
-			if errors.Is(err, errNoController) {
-				// The next resource's migration would wait as long for nothing.
-				svmVersion, skipped = "", err
-			}
-		case skipped != nil:
-			r.Note = skipped.Error()
+			r.Note = mig.err.Error()
+			m.o.progress(res, mig.err.Error()+"; rewriting each object instead")
 		}
 		r.Method = Rewrite
 		if err := m.rewrite(ctx, gvr, &r); err != nil {
@@ -196,6 +192,32 @@ func (m *Migrator) Run(ctx context.Context) ([]Result, error) {
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// migration is the outcome of one resource's StorageVersionMigration.
+type migration struct {
+	name string
+	err  error
+}
+
+// migrateAll runs one StorageVersionMigration per resource, all at once: the migrator works on
+// them in parallel, and the wait for a controller that does not run or for a migration that
+// stalls is paid once, not once per resource.
+func (m *Migrator) migrateAll(ctx context.Context, svmVersion, version string, resources []string) map[string]migration {
+	out := make(map[string]migration, len(resources))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, res := range resources {
+		wg.Go(func() {
+			gvr := schema.GroupVersionResource{Group: resourceversion.Group, Version: version, Resource: res}
+			name, err := m.viaStorageVersionMigration(ctx, svmVersion, gvr)
+			mu.Lock()
+			defer mu.Unlock()
+			out[res] = migration{name: name, err: err}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // resources discovers the newest resource.k8s.io version the cluster serves and the resources of

@@ -90,6 +90,46 @@ func TestMigrateAfterUpgrade(t *testing.T) {
 	}
 }
 
+// TestMigrateThroughStorageVersionMigration: the same upgrade with kube-controller-manager's
+// migrator running. The migrator takes every StorageVersionMigration up at once, but on an idle
+// cluster some stay Running for minutes; those resources are rewritten after the (here short)
+// migration timeout. At least one resource is the migrator's work, and etcd shows every object
+// migrated either way.
+func TestMigrateThroughStorageVersionMigration(t *testing.T) {
+	oldDir := testapiserver.ReleaseAssetsDir(t, buildenv.Oldest)
+	newDir := testapiserver.ReleaseAssetsDir(t, buildenv.Newest)
+	kcm := controllerManager(t, buildenv.Newest)
+	dataDir := t.TempDir()
+
+	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),
+		testapiserver.WithRuntimeConfig("resource.k8s.io/v1beta1=true"), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
+	created := createV1beta1Objects(t, old)
+	old.Stop(t)
+
+	srv := testapiserver.Start(t, testapiserver.WithAssetsDir(newDir), testapiserver.WithEtcdDataDir(dataDir))
+	startControllerManager(t, kcm, srv)
+	if got := countVersions(storedVersions(t, srv)); got["resource.k8s.io/v1beta1"] != created {
+		t.Fatalf("before the migration etcd holds %v, want all %d objects as resource.k8s.io/v1beta1", got, created)
+	}
+	migrated := 0
+	for _, r := range runMigration(t, srv, migrate.WithStartTimeout(time.Minute), migrate.WithMigrationTimeout(15*time.Second)) {
+		switch {
+		case r.Method == migrate.StorageVersionMigration && r.Migration != "":
+			migrated++
+		case r.Method == migrate.Rewrite && strings.Contains(r.Note, "not done within 15s") && r.Failed == 0:
+			t.Logf("%s: rewritten after the migrator's timeout", r.Resource)
+		default:
+			t.Errorf("%s: %+v, want it migrated by a StorageVersionMigration, or rewritten after one timed out", r.Resource, r)
+		}
+	}
+	if migrated == 0 {
+		t.Errorf("no resource migrated by a StorageVersionMigration")
+	}
+	if got := countVersions(storedVersions(t, srv)); got["resource.k8s.io/v1"] != created || len(got) != 1 {
+		t.Errorf("after the migration etcd holds %v, want all %d objects as resource.k8s.io/v1", got, created)
+	}
+}
+
 const namespace = "gpu-jobs"
 
 // createV1beta1Objects stores, through the v1beta1 API, one object of each kind and a few more
@@ -152,11 +192,11 @@ func createV1beta1Objects(t *testing.T, srv *testapiserver.Server) int {
 
 // runMigration migrates with small pages, so that paging is exercised, and a short wait for a
 // migrator controller, which does not run here.
-func runMigration(t *testing.T, srv *testapiserver.Server) []migrate.Result {
+func runMigration(t *testing.T, srv *testapiserver.Server, opts ...migrate.Option) []migrate.Result {
 	t.Helper()
-	m, err := migrate.New(dynamic.NewForConfigOrDie(srv.Config), srv.Clientset.Discovery(),
-		migrate.WithPageSize(2), migrate.WithStartTimeout(2*time.Second), migrate.WithPollInterval(200*time.Millisecond),
-		migrate.WithProgress(func(resource, msg string) { t.Logf("%s: %s", resource, msg) }))
+	opts = append([]migrate.Option{migrate.WithPageSize(2), migrate.WithStartTimeout(2 * time.Second), migrate.WithPollInterval(200 * time.Millisecond),
+		migrate.WithProgress(func(resource, msg string) { t.Logf("%s: %s", resource, msg) })}, opts...)
+	m, err := migrate.New(dynamic.NewForConfigOrDie(srv.Config), srv.Clientset.Discovery(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

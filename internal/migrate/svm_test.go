@@ -44,15 +44,18 @@ func TestStorageVersionMigration(t *testing.T) {
 			if len(svm.created) != 4 {
 				t.Fatalf("%d migrations created, want one per resource", len(svm.created))
 			}
-			if got := svm.created[0].GetAPIVersion(); got != "storagemigration.k8s.io/"+version {
-				t.Errorf("migration created as %s, want storagemigration.k8s.io/%s", got, version)
-			}
-			want := map[string]any{"group": "resource.k8s.io", "resource": "deviceclasses"}
-			if version == "v1alpha1" {
-				want["version"] = "v1"
-			}
-			if got := migratedResource(t, svm.created[0]); !maps.Equal(got, want) {
-				t.Errorf("spec.resource %v, want %v", got, want)
+			for _, c := range svm.created {
+				if got := c.GetAPIVersion(); got != "storagemigration.k8s.io/"+version {
+					t.Errorf("migration created as %s, want storagemigration.k8s.io/%s", got, version)
+				}
+				resource := strings.TrimSuffix(strings.TrimPrefix(c.GetGenerateName(), "kubectl-dra-"), "-")
+				want := map[string]any{"group": "resource.k8s.io", "resource": resource}
+				if version == "v1alpha1" {
+					want["version"] = "v1"
+				}
+				if got := migratedResource(t, c); !maps.Equal(got, want) {
+					t.Errorf("spec.resource %v, want %v", got, want)
+				}
 			}
 		})
 	}
@@ -77,30 +80,30 @@ func TestStorageVersionMigrationFailed(t *testing.T) {
 	}
 }
 
-// TestNoMigratorController: a migration that gets no condition within the start timeout is
-// deleted, and no other resource waits for one.
+// TestNoMigratorController: migrations that get no condition within the start timeout are
+// deleted and their resources rewritten; the resources wait for a controller all at once.
 func TestNoMigratorController(t *testing.T) {
 	s := newFakeServer(object("deviceclasses", "", "stale-gpu"), object("resourceslices", "", "stale-node-a"))
 	svm := &migrations{}
 	svm.install(s.fake)
 	start := time.Now()
-	results, err := run(t, s, "v1", migrate.WithStartTimeout(100*time.Millisecond))
+	results, err := run(t, s, "v1", migrate.WithStartTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %s: the 4 resources waited for a controller one after the other, not at once", d)
+	}
 	for _, r := range byResource(t, results) {
-		if r.Method != migrate.Rewrite || !strings.Contains(r.Note, "no migrator controller took it up within 100ms") {
+		if r.Method != migrate.Rewrite || !strings.Contains(r.Note, "no migrator controller took it up within 1s") {
 			t.Errorf("%+v, want a rewrite noting that no controller runs", r)
 		}
 	}
-	if len(svm.created) != 1 || len(svm.deleted) != 1 || svm.deleted[0] != svm.created[0].GetName() {
-		t.Errorf("migrations created %d, deleted %v; want the one no controller took up deleted", len(svm.created), svm.deleted)
+	if len(svm.created) != 4 || len(svm.deleted) != 4 {
+		t.Errorf("migrations created %d, deleted %v; want the 4 no controller took up deleted", len(svm.created), svm.deleted)
 	}
 	if s.updates["stale-gpu"] != 1 || s.updates["stale-node-a"] != 1 {
 		t.Errorf("updates %v, want each object rewritten", s.updates)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("took %s", d)
 	}
 }
 

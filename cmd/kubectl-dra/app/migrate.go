@@ -39,7 +39,7 @@ type migrateReport struct {
 
 func newMigrateCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &migrateOptions{streams: streams, flags: flags, method: string(migrate.Auto), concurrency: 4,
-		timeout: 10 * time.Minute, startWait: 30 * time.Second}
+		timeout: 2 * time.Minute, startWait: 30 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "migrate [--dry-run] [--method auto|storageversionmigration|rewrite]",
 		Short: "Store every resource.k8s.io object again in the API server's current storage version",
@@ -49,10 +49,10 @@ on Kubernetes 1.32 or 1.33 stay encoded as resource.k8s.io/v1beta1, and a releas
 serves v1beta1 (1.38) cannot read them. Run migrate on the newest release before leaving it.
 
 For each resource.k8s.io resource the cluster serves (DeviceTaintRules too where served),
-migrate creates a StorageVersionMigration where the cluster serves storagemigration.k8s.io and
-waits for it to succeed. When no migrator controller takes it up within --controller-wait (or
-it fails, or takes longer than --timeout), or the API is not served, migrate rewrites each object
-itself: it lists the objects in pages and updates each unchanged, which the API server stores
+migrate creates a StorageVersionMigration where the cluster serves storagemigration.k8s.io, all
+at once, and waits for them to succeed. When no migrator controller takes them up within
+--controller-wait (or one fails, or takes longer than --timeout), or the API is not served,
+migrate rewrites the objects itself: it lists the objects in pages and updates each unchanged, which the API server stores
 re-encoded in its storage version (and does not store at all when the object is current).
 Conflicts are retried after reading the object again; objects deleted meanwhile are skipped.
 
@@ -73,7 +73,7 @@ StorageVersionMigration is created. The exit status is 1 when an object could no
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "store nothing: server-side dry-run updates, no StorageVersionMigration")
 	cmd.Flags().StringVar(&o.method, "method", o.method, "auto (a StorageVersionMigration where possible, else a rewrite), storageversionmigration or rewrite")
 	cmd.Flags().IntVar(&o.concurrency, "concurrency", o.concurrency, fmt.Sprintf("updates in flight at once (1 to %d)", migrate.MaxConcurrency))
-	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "longest wait for one StorageVersionMigration to succeed")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "longest wait for the StorageVersionMigrations to succeed; the objects of those that did not are rewritten")
 	cmd.Flags().DurationVar(&o.startWait, "controller-wait", o.startWait, "how long a StorageVersionMigration may wait for a migrator controller before the objects are rewritten instead")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json (default: text)")
 	return cmd
