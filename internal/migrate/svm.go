@@ -89,7 +89,12 @@ func (m *Migrator) viaStorageVersionMigration(ctx context.Context, svmVersion st
 		}
 		cancel()
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errNoController):
+		// Deleted: its name would tell the user nothing, and the note reads the same for every
+		// resource.
+		return "", fmt.Errorf("StorageVersionMigration: %w", err)
+	case err != nil:
 		return "", fmt.Errorf("StorageVersionMigration %s: %w", name, err)
 	}
 	return name, nil

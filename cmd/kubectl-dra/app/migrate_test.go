@@ -16,7 +16,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
-const noController = "StorageVersionMigration kubectl-dra-deviceclasses-x7k2p: no migrator controller took it up within 30s " +
+const noController = "StorageVersionMigration: no migrator controller took it up within 30s " +
 	"(is kube-controller-manager running, with the StorageVersionMigrator feature?)"
 
 // migrationCases are the results a migration can give; their text is golden.
