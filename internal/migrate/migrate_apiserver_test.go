@@ -32,10 +32,12 @@ func TestMigrateAfterUpgrade(t *testing.T) {
 
 	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),
 		testapiserver.WithRuntimeConfig("resource.k8s.io/v1beta1=true"), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
+	requireRelease(t, old, buildenv.Oldest)
 	created := createV1beta1Objects(t, old)
 	old.Stop(t)
 
 	srv := testapiserver.Start(t, testapiserver.WithAssetsDir(newDir), testapiserver.WithEtcdDataDir(dataDir))
+	requireRelease(t, srv, buildenv.Newest)
 	before := storedVersions(t, srv)
 	if got := countVersions(before); got["resource.k8s.io/v1beta1"] != created {
 		t.Fatalf("before the migration etcd holds %v, want all %d objects as resource.k8s.io/v1beta1", got, created)
@@ -103,10 +105,12 @@ func TestMigrateThroughStorageVersionMigration(t *testing.T) {
 
 	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),
 		testapiserver.WithRuntimeConfig("resource.k8s.io/v1beta1=true"), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
+	requireRelease(t, old, buildenv.Oldest)
 	created := createV1beta1Objects(t, old)
 	old.Stop(t)
 
 	srv := testapiserver.Start(t, testapiserver.WithAssetsDir(newDir), testapiserver.WithEtcdDataDir(dataDir))
+	requireRelease(t, srv, buildenv.Newest)
 	startControllerManager(t, kcm, srv)
 	if got := countVersions(storedVersions(t, srv)); got["resource.k8s.io/v1beta1"] != created {
 		t.Fatalf("before the migration etcd holds %v, want all %d objects as resource.k8s.io/v1beta1", got, created)
@@ -131,6 +135,18 @@ func TestMigrateThroughStorageVersionMigration(t *testing.T) {
 }
 
 const namespace = "gpu-jobs"
+
+// requireRelease fails the test unless the running API server is of the release.
+func requireRelease(t *testing.T, srv *testapiserver.Server, release string) {
+	t.Helper()
+	v, err := srv.Clientset.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GitVersion != "v"+release {
+		t.Fatalf("the API server runs %s, want v%s", v.GitVersion, release)
+	}
+}
 
 // createV1beta1Objects stores, through the v1beta1 API, one object of each kind and a few more
 // than a page of claims; it returns how many.

@@ -158,13 +158,15 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if o.assetsDir == "" {
 		o.assetsDir = AssetsDir(t)
 	}
+	// The binaries' paths are set, not left to BinaryAssetsDirectory: envtest prefers
+	// $KUBEBUILDER_ASSETS to it, which would run the default release where a test asked for another.
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: o.assetsDir,
 		WebhookInstallOptions: o.webhooks,
-		ControlPlane:          envtest.ControlPlane{APIServer: &envtest.APIServer{}},
-	}
-	if o.etcdDataDir != "" {
-		env.ControlPlane.Etcd = &envtest.Etcd{DataDir: o.etcdDataDir}
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{Path: filepath.Join(o.assetsDir, "kube-apiserver")},
+			Etcd:      &envtest.Etcd{Path: filepath.Join(o.assetsDir, "etcd"), DataDir: o.etcdDataDir},
+		},
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	if o.runtimeConfig != "" {
