@@ -13,32 +13,6 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
-// controllerManager returns the kube-controller-manager of a release: next to its envtest
-// binaries, or where the local cluster's build leaves it ($GPU_DRA_CACHE/k8s/v<release>/bin).
-// Without it the test skips loudly, or fails in CI.
-func controllerManager(t *testing.T, release string) string {
-	t.Helper()
-	candidates := []string{filepath.Join(testapiserver.ReleaseAssetsDir(t, release), "kube-controller-manager")}
-	cache := os.Getenv("GPU_DRA_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "gpu-dra")
-	}
-	candidates = append(candidates, filepath.Join(cache, "k8s", "v"+release, "bin", "kube-controller-manager"))
-	for _, c := range candidates {
-		if _, err := os.Stat(c); err == nil {
-			return c
-		}
-	}
-	msg := "needs kube-controller-manager of Kubernetes " + release + " in one of " + candidates[0] + ", " + candidates[1] +
-		" (`K8S_VERSION=" + release + " K8S_BINARIES=kube-controller-manager e2e/cluster/envtest-assets.sh`)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip("SKIPPED: " + msg)
-	return ""
-}
-
 // startControllerManager runs only the controllers a StorageVersionMigration needs against srv:
 // the migrator and the garbage collector, whose resource monitors it reads.
 func startControllerManager(t *testing.T, binary string, srv *testapiserver.Server) {

@@ -100,7 +100,7 @@ func TestMigrateAfterUpgrade(t *testing.T) {
 func TestMigrateThroughStorageVersionMigration(t *testing.T) {
 	oldDir := testapiserver.ReleaseAssetsDir(t, buildenv.Oldest)
 	newDir := testapiserver.ReleaseAssetsDir(t, buildenv.Newest)
-	kcm := controllerManager(t, buildenv.Newest)
+	kcm := testapiserver.ReleaseBinary(t, buildenv.Newest, "kube-controller-manager")
 	dataDir := t.TempDir()
 
 	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),

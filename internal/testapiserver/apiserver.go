@@ -90,12 +90,7 @@ func ReleaseAssetsDir(t testing.TB, release string) string {
 	t.Helper()
 	root := os.Getenv(ReleasesEnv)
 	if root == "" {
-		cache := os.Getenv("GPU_DRA_CACHE")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "gpu-dra")
-		}
-		root = filepath.Join(cache, "envtest")
+		root = filepath.Join(cacheDir(), "envtest")
 	}
 	dir := filepath.Join(root, "v"+release)
 	if !hasBinaries(dir) {
@@ -103,6 +98,34 @@ func ReleaseAssetsDir(t testing.TB, release string) string {
 			"`K8S_VERSION="+release+" K8S_BINARIES=kube-apiserver e2e/cluster/envtest-assets.sh`; "+ReleasesEnv+" moves the root)")
 	}
 	return dir
+}
+
+// ReleaseBinary returns a binary of one Kubernetes release that envtest does without, e.g.
+// kube-controller-manager: from the release's assets directory, else from the local cluster's
+// build ($GPU_DRA_CACHE/k8s/v<release>/bin). A missing binary skips loudly, or fails in CI.
+func ReleaseBinary(t testing.TB, release, name string) string {
+	t.Helper()
+	candidates := []string{
+		filepath.Join(ReleaseAssetsDir(t, release), name),
+		filepath.Join(cacheDir(), "k8s", "v"+release, "bin", name),
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c
+		}
+	}
+	missing(t, "needs "+name+" of Kubernetes "+release+" in "+candidates[0]+" or "+candidates[1]+
+		" (`K8S_BINARIES=\"kube-apiserver "+name+"\" K8S_VERSION="+release+" e2e/cluster/envtest-assets.sh`)")
+	return ""
+}
+
+// cacheDir is the harness cache: $GPU_DRA_CACHE, else ~/.cache/gpu-dra.
+func cacheDir() string {
+	if cache := os.Getenv("GPU_DRA_CACHE"); cache != "" {
+		return cache
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "gpu-dra")
 }
 
 func hasBinaries(dir string) bool {
