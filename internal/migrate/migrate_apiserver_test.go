@@ -25,23 +25,9 @@ import (
 // them in v1beta1, as etcd itself shows. The newest release serves storagemigration.k8s.io, but no
 // controller manager runs here, so the migration falls back to rewriting each object.
 func TestMigrateAfterUpgrade(t *testing.T) {
-	oldDir := testapiserver.ReleaseAssetsDir(t, buildenv.Oldest)
-	newDir := testapiserver.ReleaseAssetsDir(t, buildenv.Newest)
-	dataDir := t.TempDir()
 	ctx := t.Context()
-
-	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),
-		testapiserver.WithRuntimeConfig("resource.k8s.io/v1beta1=true"), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
-	requireRelease(t, old, buildenv.Oldest)
-	created := createV1beta1Objects(t, old)
-	old.Stop(t)
-
-	srv := testapiserver.Start(t, testapiserver.WithAssetsDir(newDir), testapiserver.WithEtcdDataDir(dataDir))
-	requireRelease(t, srv, buildenv.Newest)
+	srv, created := upgradedServer(t)
 	before := storedVersions(t, srv)
-	if got := countVersions(before); got["resource.k8s.io/v1beta1"] != created {
-		t.Fatalf("before the migration etcd holds %v, want all %d objects as resource.k8s.io/v1beta1", got, created)
-	}
 
 	results := runMigration(t, srv)
 	rewritten := 0
@@ -98,23 +84,9 @@ func TestMigrateAfterUpgrade(t *testing.T) {
 // migration timeout. At least one resource is the migrator's work, and etcd shows every object
 // migrated either way.
 func TestMigrateThroughStorageVersionMigration(t *testing.T) {
-	oldDir := testapiserver.ReleaseAssetsDir(t, buildenv.Oldest)
-	newDir := testapiserver.ReleaseAssetsDir(t, buildenv.Newest)
 	kcm := testapiserver.ReleaseBinary(t, buildenv.Newest, "kube-controller-manager")
-	dataDir := t.TempDir()
-
-	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),
-		testapiserver.WithRuntimeConfig("resource.k8s.io/v1beta1=true"), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
-	requireRelease(t, old, buildenv.Oldest)
-	created := createV1beta1Objects(t, old)
-	old.Stop(t)
-
-	srv := testapiserver.Start(t, testapiserver.WithAssetsDir(newDir), testapiserver.WithEtcdDataDir(dataDir))
-	requireRelease(t, srv, buildenv.Newest)
+	srv, created := upgradedServer(t)
 	startControllerManager(t, kcm, srv)
-	if got := countVersions(storedVersions(t, srv)); got["resource.k8s.io/v1beta1"] != created {
-		t.Fatalf("before the migration etcd holds %v, want all %d objects as resource.k8s.io/v1beta1", got, created)
-	}
 	migrated := 0
 	for _, r := range runMigration(t, srv, migrate.WithStartTimeout(time.Minute), migrate.WithMigrationTimeout(15*time.Second)) {
 		switch {
@@ -132,6 +104,28 @@ func TestMigrateThroughStorageVersionMigration(t *testing.T) {
 	if got := countVersions(storedVersions(t, srv)); got["resource.k8s.io/v1"] != created || len(got) != 1 {
 		t.Errorf("after the migration etcd holds %v, want all %d objects as resource.k8s.io/v1", got, created)
 	}
+}
+
+// upgradedServer stores objects through the oldest release's API server, then starts the newest
+// on the same etcd, as a control-plane upgrade does, and checks that etcd still holds the objects
+// as v1beta1. It returns the newest server and how many objects there are.
+func upgradedServer(t *testing.T) (*testapiserver.Server, int) {
+	t.Helper()
+	oldDir := testapiserver.ReleaseAssetsDir(t, buildenv.Oldest)
+	newDir := testapiserver.ReleaseAssetsDir(t, buildenv.Newest)
+	dataDir := t.TempDir()
+	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),
+		testapiserver.WithRuntimeConfig("resource.k8s.io/v1beta1=true"), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
+	requireRelease(t, old, buildenv.Oldest)
+	created := createV1beta1Objects(t, old)
+	old.Stop(t)
+
+	srv := testapiserver.Start(t, testapiserver.WithAssetsDir(newDir), testapiserver.WithEtcdDataDir(dataDir))
+	requireRelease(t, srv, buildenv.Newest)
+	if got := countVersions(storedVersions(t, srv)); got["resource.k8s.io/v1beta1"] != created {
+		t.Fatalf("before the migration etcd holds %v, want all %d objects as resource.k8s.io/v1beta1", got, created)
+	}
+	return srv, created
 }
 
 const namespace = "gpu-jobs"
