@@ -7,6 +7,8 @@ export GOFLAGS ?= -buildvcs=false
 # The tested Kubernetes releases (K8S_RELEASE_*) and the project image (PROJECT_IMAGE_*) have one
 # home.
 include hack/buildenv/build.env
+# A literal comma, for $(subst) of the comma-separated lists of build.env.
+comma := ,
 K8S_VERSION ?= $(K8S_RELEASE_SEED)
 export K8S_VERSION
 # The newest release, where the newer DRA features are served (sharing, partitions, device
@@ -30,7 +32,7 @@ FUZZTIME ?= 10s
 # Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/clusterupgrade/.
 UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$')
 
-.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-upgrade demo \
+.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-upgrade e2e-upgrade-newest demo \
 	cluster-up cluster-down images envtest-assets envtest-releases clean help
 
 all: build
@@ -38,7 +40,8 @@ all: build
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}' | \
 	  sed -e 's/\$$(K8S_RELEASE_OLDEST)/$(K8S_RELEASE_OLDEST)/g' -e 's/\$$(K8S_RELEASE_UPGRADE_VIA)/$(K8S_RELEASE_UPGRADE_VIA)/g' \
-	    -e 's/\$$(K8S_RELEASE_SEED)/$(K8S_RELEASE_SEED)/g' -e 's/\$$(K8S_RELEASE_NEWEST)/$(K8S_RELEASE_NEWEST)/g'
+	    -e 's/\$$(K8S_RELEASE_SEED)/$(K8S_RELEASE_SEED)/g' -e 's/\$$(K8S_RELEASE_NEWEST)/$(K8S_RELEASE_NEWEST)/g' \
+	    -e 's/\$$(K8S_RELEASES_TO_NEWEST)/$(subst $(comma), -> ,$(K8S_RELEASES_TO_NEWEST))/g'
 
 build: ## build the project's binaries into _output/bin
 	@mkdir -p _output/bin
@@ -70,7 +73,7 @@ fuzz: ## run every fuzz target for FUZZTIME (seed corpora run in `unit` too)
 bench: deps envtest-assets ## the benchmarks of docs/performance.md, COUNT=5 runs each, through benchstat
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCHSTAT=$(TOOLS)/benchstat VEGETA=$(TOOLS)/vegeta hack/bench.sh
 
-scale: deps build ## the webhook and kubectl dra on 5,000 fake GPU nodes, a control plane without kubelets (not in `test`; SCALE_NODES=1,100,... shrinks it)
+scale: deps build ## the webhook and kubectl dra on 5,000 fake GPU nodes holding 40,000 claims, a control plane without kubelets (not in `test`; SCALE_NODES=1,100,... shrinks it)
 	@hack/scale.sh
 
 lint: ## gofmt, go vet, staticcheck, every target README.md or docs/ name that needs Debian packages runs `make deps`
@@ -101,6 +104,9 @@ e2e-matrix: deps images ## the e2e suite on $(K8S_RELEASE_OLDEST) (seed's beta f
 
 e2e-upgrade: deps images ## the seed's story as an in-place upgrade $(K8S_RELEASE_OLDEST) -> $(K8S_RELEASE_UPGRADE_VIA) -> $(K8S_RELEASE_SEED) (own cluster; ~25 min cold)
 	@e2e/clusterupgrade.sh
+
+e2e-upgrade-newest: deps images ## in place from $(K8S_RELEASE_SEED) -> $(K8S_RELEASES_TO_NEWEST) -> $(K8S_RELEASE_NEWEST), kubelet last; features switch on, storage migrated, preflight for 1.38 (own cluster)
+	@e2e/clusterupgrade-newest.sh
 
 # The demo shows the newest release unless K8S_VERSION is given (`make demo K8S_VERSION=1.34.2`).
 demo: K8S_VERSION = $(NEWEST_K8S_VERSION)

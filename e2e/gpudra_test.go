@@ -93,8 +93,12 @@ func TestSeedStory(t *testing.T) {
 			t.Errorf("pod env has %q, want GPU_DEVICE_0", env)
 		}
 		uid := claimUID(t, c, ns)
+		claim := strings.TrimSpace(c.Kubectl(t, "-n", ns, "get", "resourceclaims", "-o", "jsonpath={.items[0].metadata.name}"))
+		device := strings.TrimPrefix(c.GPUEnv(t, ns, "example-claim")[0], "GPU_DEVICE_0=")
+		seriesGone := checkAllocationMetrics(t, c, ns, "example-claim", "sleep-busybox", claim, device)
 		c.Kubectl(t, "-n", ns, "delete", "pod", "example-claim", "--wait=true")
 		waitClaimsGone(t, c, ns)
+		seriesGone()
 		if c.Local {
 			framework.Eventually(t, time.Minute, "the claim's CDI spec to be removed", func() (bool, error) {
 				return len(cdiFilesMatching(t, uid)) == 0, nil

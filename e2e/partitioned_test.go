@@ -191,7 +191,7 @@ spec:
 	}
 
 	t.Run("plugin log", func(t *testing.T) {
-		checkFallbackLine(t, c, kept, `group="partitioned" want="partitioned" reason="API server drops sharedCounters (DRAPartitionableDevices off)"`)
+		checkFallbackLine(t, c, kept, sharingFallbackLine, `group="partitioned" want="partitioned" reason="API server drops sharedCounters (DRAPartitionableDevices off)"`)
 	})
 }
 

@@ -144,7 +144,7 @@ func TestSharedMemory(t *testing.T) {
 	t.Run("webhook", func(t *testing.T) { sharingThroughWebhook(t, c, version, ns, kept) })
 
 	t.Run("plugin log", func(t *testing.T) {
-		checkFallbackLine(t, c, kept, `group="shared" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`)
+		checkFallbackLine(t, c, kept, sharingFallbackLine, `group="shared" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`)
 	})
 }
 
@@ -244,11 +244,11 @@ func installSharing(t *testing.T, c *framework.Cluster, version string, sets ...
 
 // checkFallbackLine: the plugin logged the sharing fallback line exactly once, as want, where the
 // API server does not keep the mode's fields, and never where it does.
-func checkFallbackLine(t *testing.T, c *framework.Cluster, kept bool, want string) {
+func checkFallbackLine(t *testing.T, c *framework.Cluster, kept bool, line, want string) {
 	t.Helper()
 	count := func() int {
 		logs, _ := c.KubectlErr("-n", releaseNS, "logs", "-l", pluginSelector, "--tail=-1")
-		return strings.Count(logs, sharingFallbackLine)
+		return strings.Count(logs, line)
 	}
 	wantLines := 0
 	if !kept {
@@ -260,7 +260,7 @@ func checkFallbackLine(t *testing.T, c *framework.Cluster, kept bool, want strin
 		}
 	}
 	if n := count(); n != wantLines {
-		t.Errorf("the plugin logged %q %d times, want %d", sharingFallbackLine, n, wantLines)
+		t.Errorf("the plugin logged %q %d times, want %d", line, n, wantLines)
 	}
 }
 

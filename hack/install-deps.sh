@@ -29,6 +29,23 @@ install_tool staticcheck honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSIO
 install_tool benchstat golang.org/x/perf/cmd/benchstat@${BENCHSTAT_VERSION:-v0.0.0-20260908200009-22c9c6c9d4da}
 # The load tool of `make bench`: a separate process sends the webhook its AdmissionReviews.
 install_tool vegeta github.com/tsenart/vegeta/v12@${VEGETA_VERSION:-v12.13.0}
+# The chart's alerting rules are checked and unit-tested with promtool, and scraped by a real
+# Prometheus in the e2e: Debian's package, unpacked into the tools directory rather than installed
+# (its maintainer scripts would start a server as a system service).
+install_prometheus() {
+  [ -x "$bin/promtool" ] && [ -x "$bin/prometheus" ] && return 0
+  local d
+  d=$(mktemp -d)
+  if ! (cd "$d" && apt-get download prometheus >/dev/null 2>&1); then
+    [ "$(id -u)" = 0 ] || die "cannot download Debian's prometheus package; run as root (apt-get update)"
+    timed "apt-get update" apt-get update
+    (cd "$d" && timed "apt-get download prometheus" apt-get download prometheus)
+  fi
+  dpkg-deb -x "$d"/prometheus_*.deb "$d/x"
+  install -m 0755 "$d/x/usr/bin/prometheus" "$d/x/usr/bin/promtool" "$bin/"
+  rm -rf "$d"
+}
+install_prometheus
 # The chart tests validate rendered manifests against the OpenAPI specs shipped in these releases.
 timed "go mod download k8s.io/kubernetes (OpenAPI specs $K8S_RELEASE_OLDEST/$K8S_RELEASE_SEED/$K8S_RELEASE_NEWEST)" \
   go mod download k8s.io/kubernetes@v$K8S_RELEASE_OLDEST k8s.io/kubernetes@v$K8S_RELEASE_SEED k8s.io/kubernetes@v$K8S_RELEASE_NEWEST

@@ -7,6 +7,11 @@
 #   SCALE_SCHED_NODES=1000 SCALE_SCHED_PODS=1000  the scheduling phase (kwok nodes, real pods)
 #   SCALE_PAUSE_CONTROLLERS=true  stop the controller-manager and scheduler during the direct loads
 #   SCALE_GOGC=100 SCALE_GOMEMLIMIT=off  GOGC and GOMEMLIMIT of the webhook process (the chart's: 400, its memory limit: 256MiB)
+#   SCALE_CLAIMS=1.0  fraction of the largest fleet's GPUs held by allocated claims for the claims loads (0 skips)
+#   SCALE_CLAIMS_RATES=1000,2000 SCALE_CLAIMS_CHURN=100  review rates with the claims held (and against the
+#     upstream example webhook), allocation changes per second during the churn load
+#   SCALE_UPSTREAM=auto  compare with the upstream example webhook at the largest fleet: auto (when it
+#     builds: DRA_EXAMPLE_DRIVER_SRC, see e2e/cluster/build-tools.sh), on (must build), off
 set -euo pipefail
 source "$(dirname "$0")/../e2e/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
@@ -23,6 +28,14 @@ if cluster_running; then
   die "a local cluster is already running; 'make scale' starts its own control plane: 'make cluster-down' first"
 fi
 "$HERE/build-tools.sh" kwok
+upstream=
+case ${SCALE_UPSTREAM:-auto} in
+  off) ;;
+  on) "$HERE/build-tools.sh" dra-example-webhook; upstream=$(tools_bin_dir)/dra-example-webhook ;;
+  auto) if ("$HERE/build-tools.sh" dra-example-webhook); then upstream=$(tools_bin_dir)/dra-example-webhook
+        else note "no upstream example webhook (above): its comparison is skipped; SCALE_UPSTREAM=off says so quietly"; fi ;;
+  *) die "SCALE_UPSTREAM=${SCALE_UPSTREAM}: want auto, on or off" ;;
+esac
 baseline_assets=$("$HERE/envtest-assets.sh")
 kwok_stages=$(cd "$CACHE/tools-build/kwok-$KWOK_VERSION" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 trap '"$HERE/down.sh"' EXIT
@@ -35,4 +48,6 @@ _output/bin/scale --kubeconfig "$KUBECONFIG_PATH" --chart-render "$render" \
   --nodes "$nodes" --sched-nodes "$sched_nodes" --sched-pods "${SCALE_SCHED_PODS:-1000}" \
   --rate "${SCALE_RATE:-200}" --high-rate "${SCALE_HIGH_RATE:-1000}" --duration "${SCALE_DURATION:-10s}" \
   --webhook-gogc "${SCALE_GOGC:-100}" --webhook-gomemlimit "${SCALE_GOMEMLIMIT:-off}" \
-  --pause-controllers="${SCALE_PAUSE_CONTROLLERS:-true}" 2> >(tee _output/scale/scale.log >&2)
+  --pause-controllers="${SCALE_PAUSE_CONTROLLERS:-true}" \
+  --claims "${SCALE_CLAIMS:-1.0}" --claims-rates "${SCALE_CLAIMS_RATES:-1000,2000}" --claims-churn "${SCALE_CLAIMS_CHURN:-100}" \
+  --upstream-webhook "$upstream" 2> >(tee _output/scale/scale.log >&2)

@@ -192,15 +192,18 @@ func TestPluginTolerations(t *testing.T) {
 
 // TestPluginHostDirectories: the plugin sees the kubelet's registration directory, its own
 // driver's directory under plugins/ (at the same path as on the host: the kubelet dials the
-// socket the plugin registers) and the CDI directory; not the other plugins' directories.
+// socket the plugin registers), the CDI directory and, read-only and only for the allocation
+// metrics, the kubelet's PodResources socket directory; not the other plugins' directories.
 func TestPluginHostDirectories(t *testing.T) {
 	for _, tc := range []struct {
 		sets []string
 		want []string
 	}{
-		{nil, []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.example.com", "/var/run/cdi"}},
+		{nil, []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.example.com", "/var/run/cdi", "/var/lib/kubelet/pod-resources"}},
 		{[]string{"driverName=gpu.acme.org", "kubeletPlugin.kubeletDir=/data/kubelet/", "kubeletPlugin.cdiRoot=/etc/cdi"},
-			[]string{"/data/kubelet/plugins_registry", "/data/kubelet/plugins/gpu.acme.org", "/etc/cdi"}},
+			[]string{"/data/kubelet/plugins_registry", "/data/kubelet/plugins/gpu.acme.org", "/etc/cdi", "/data/kubelet/pod-resources"}},
+		{[]string{"metrics.allocations=false"},
+			[]string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.example.com", "/var/run/cdi"}},
 	} {
 		spec := renderedPods(t, mustRender(t, capabilities(t, clusters[1]), values(t, tc.sets...)))["plugin"].Spec
 		c := spec.Containers[0]
@@ -213,6 +216,8 @@ func TestPluginHostDirectories(t *testing.T) {
 			i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name })
 			if i < 0 || c.VolumeMounts[i].MountPath != v.HostPath.Path {
 				t.Errorf("--set %v: host path %s is not mounted at the same path", tc.sets, v.HostPath.Path)
+			} else if strings.HasSuffix(v.HostPath.Path, "/pod-resources") != c.VolumeMounts[i].ReadOnly {
+				t.Errorf("--set %v: host path %s mounted read-only: %v; only pod-resources should be", tc.sets, v.HostPath.Path, c.VolumeMounts[i].ReadOnly)
 			}
 		}
 		if !slices.Equal(hostPaths, tc.want) {

@@ -78,7 +78,7 @@ func renderedInventory(t *testing.T, r rendered) (*nodegroups.Config, string) {
 	t.Helper()
 	var file string
 	for _, m := range r.Manifests {
-		if data, ok := m.Obj["data"].(map[string]any); ok && m.kind() == "ConfigMap" {
+		if data, ok := m.Obj["data"].(map[string]any); ok && m.kind() == "ConfigMap" && data["inventory.yaml"] != nil {
 			file, _ = data["inventory.yaml"].(string)
 		}
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/liveness"
 	"github.com/gpu-dra/gpu-dra/driver/metrics"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/driver/podresources"
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
 	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -106,7 +107,7 @@ type instance struct {
 	resourceVersion string
 	driver          *plugin.Driver
 	metrics         *metrics.Metrics
-	// sharing decides, once per API server, whether node groups may publish shared GPUs.
+	// sharing decides whether node groups may publish shared GPUs, asked again periodically.
 	sharing *plugin.SharingGate
 
 	stopStatus  func()
@@ -210,7 +211,15 @@ func (p *instance) newDriver(ctx context.Context, source plugin.DeviceSource, fa
 	if err != nil {
 		return fmt.Errorf("--cdi-root: %w", err)
 	}
-	p.metrics = metrics.New()
+	var mopts []metrics.Option
+	if p.o.PodResourcesSocket != "" {
+		pr, err := podresources.New(p.o.DriverName, p.o.PodResourcesSocket)
+		if err != nil {
+			return fmt.Errorf("--pod-resources-socket: %w", err)
+		}
+		mopts = append(mopts, metrics.WithConsumers(pr))
+	}
+	p.metrics = metrics.New(mopts...)
 	opts := []plugin.DriverOption{plugin.WithMetrics(p.metrics), plugin.WithFatalHandler(fail), plugin.WithHealth(p.health)}
 	if p.o.DeviceStatus {
 		status, err := p.statusWriter()
@@ -290,6 +299,9 @@ func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupS
 	watcher := &plugin.NodeGroupWatcher{
 		NodeName: p.o.NodeName, ConfigPath: p.o.NodeGroupsFile, Interval: p.o.NodeGroupsPollInterval,
 		Client: p.client, Driver: p.driver, Publisher: p.publisher, Current: published, Sharing: p.sharing,
+		// What the API server serves is asked again under the running plugin: a control-plane
+		// upgrade turns sharing, partitions and device taints on without a plugin restart.
+		Taints: p.publisher,
 	}
 	watchCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/faults"
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
+	"github.com/gpu-dra/gpu-dra/driver/podresources"
 	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
@@ -38,6 +39,9 @@ type Options struct {
 	// cliflag.Disabled turns one off.
 	HealthProbeBindAddress string
 	MetricsBindAddress     string
+	// PodResourcesSocket is the kubelet's PodResources API, which says which containers use which
+	// devices (the allocation metrics' pod and container); empty leaves them out.
+	PodResourcesSocket string
 	// KubeAPIQPS and KubeAPIBurst limit the client. Every NodePrepareResources reads its claims
 	// from the API server; client-go's default of 5 QPS would add 200ms to each prepare once the
 	// burst is spent.
@@ -73,6 +77,7 @@ func NewOptions() *Options {
 		CDIRoot:                cdi.DefaultRoot,
 		HealthProbeBindAddress: ":8081",
 		MetricsBindAddress:     ":8080",
+		PodResourcesSocket:     podresources.DefaultSocket,
 		KubeAPIQPS:             50,
 		KubeAPIBurst:           100,
 		NodeGroupsPollInterval: 10 * time.Second,
@@ -93,6 +98,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "directory for CDI spec files; the container runtime must read it")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the liveness probe endpoint /healthz (0 disables)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus endpoint /metrics (0 disables)")
+	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", o.PodResourcesSocket, "the kubelet's PodResources API socket, read (at most every 10 s, when /metrics is scraped) to name the pod and container using each prepared device; empty leaves them out")
 	fs.DurationVar(&o.NodeGroupsPollInterval, "node-groups-poll-interval", o.NodeGroupsPollInterval, "how often --node-groups is re-read; a change re-publishes the node's devices")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "queries per second to the API server (each prepare reads its claims)")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server")

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpu-dra/gpu-dra/driver/podresources"
 )
 
 const namespace = "gpu_dra_plugin"
@@ -56,10 +58,23 @@ type Metrics struct {
 	errors           *prometheus.CounterVec
 	devices          *prometheus.GaugeVec
 	faults           *prometheus.GaugeVec
+	workloads        *workloads
 }
 
+// Option configures Metrics.
+type Option func(*Metrics)
+
+// WithConsumers names the containers using each prepared device in the allocation series (the
+// kubelet's PodResources API); without it the series name claims only.
+func WithConsumers(l podresources.Lister) Option {
+	return func(m *Metrics) { m.workloads.consumers = l }
+}
+
+// WithMaxAllocationSeries caps the allocation series of one scrape.
+func WithMaxAllocationSeries(n int) Option { return func(m *Metrics) { m.workloads.max = n } }
+
 // New registers the plugin's metrics plus the Go and process collectors.
-func New() *Metrics {
+func New(opts ...Option) *Metrics {
 	// Prepare runs in microseconds to milliseconds; the default buckets start at 5ms and would put
 	// everything in the first bucket.
 	buckets := prometheus.ExponentialBuckets(0.0001, 2, 16)
@@ -97,9 +112,13 @@ func New() *Metrics {
 			Namespace: namespace, Name: "device_faults",
 			Help: "Faulty devices on this node, by fault kind.",
 		}, []string{"kind"}),
+		workloads: newWorkloads(DefaultMaxAllocationSeries),
+	}
+	for _, o := range opts {
+		o(m)
 	}
 	m.Registry.MustRegister(m.prepares, m.unprepares, m.prepareLatency, m.unprepareLatency, m.preparedClaims, m.errors, m.devices, m.faults,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.workloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -126,8 +145,24 @@ func (m *Metrics) ObserveUnprepare(d time.Duration, err error) {
 	}
 }
 
-// SetPreparedClaims sets the gauge of prepared claims.
-func (m *Metrics) SetPreparedClaims(n int) { m.preparedClaims.Set(float64(n)) }
+// SetPrepared records what is prepared on the node now: the number of claims and their devices.
+func (m *Metrics) SetPrepared(claims int, devices []PreparedDevice) {
+	m.preparedClaims.Set(float64(claims))
+	m.workloads.mu.Lock()
+	defer m.workloads.mu.Unlock()
+	m.workloads.prepared = devices
+}
+
+// SetDevices records the devices the node publishes.
+func (m *Metrics) SetDevices(devices []DeviceInfo) {
+	byName := make(map[string]DeviceInfo, len(devices))
+	for _, d := range devices {
+		byName[d.Device] = d
+	}
+	m.workloads.mu.Lock()
+	defer m.workloads.mu.Unlock()
+	m.workloads.devices = byName
+}
 
 // Health label values of the devices gauge.
 const (

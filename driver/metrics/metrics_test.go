@@ -15,7 +15,7 @@ func TestMetrics(t *testing.T) {
 	m.ObservePrepare(3*time.Millisecond, nil)
 	m.ObservePrepare(time.Millisecond, errors.New("bad config"))
 	m.ObserveUnprepare(time.Millisecond, nil)
-	m.SetPreparedClaims(1)
+	m.SetPrepared(1, nil)
 	m.Error(ComponentPublishDroppedFields)
 
 	rec := httptest.NewRecorder()

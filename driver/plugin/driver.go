@@ -81,13 +81,13 @@ func NewDriver(ctx context.Context, driverName, nodeName string, source DeviceSo
 		cdi:        writer,
 		store:      store,
 	}
-	d.setDevices(devs, sets)
 	for _, o := range opts {
 		o(d)
 	}
 	if d.metrics == nil {
 		d.metrics = metrics.New()
 	}
+	d.setDevices(devs, sets)
 	if d.status == nil {
 		d.status = noStatus{}
 	}
@@ -127,6 +127,7 @@ func (d *Driver) setDevices(devs []resourceapi.Device, sets []resourceapi.Counte
 		metadata[dev.Name] = deviceMetadata(dev.Attributes)
 	}
 	inv := newInventory(devs, sets)
+	d.metrics.SetDevices(deviceInfos(devs))
 	d.mutex.Lock()
 	defer d.mutex.Unlock()
 	d.inventory, d.attributes, d.metadata = inv, attributes, metadata
@@ -204,7 +205,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			}
 		}
 	}
-	d.metrics.SetPreparedClaims(len(data.Claims))
+	d.recordPrepared(data)
 	per := time.Since(start) / time.Duration(len(claims))
 	for _, r := range result {
 		d.metrics.ObservePrepare(per, r.Err)
@@ -270,7 +271,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		result[c.UID] = d.cdi.Remove(c.UID)
 		logger.V(3).Info("Unprepared claim", "claim", c.NamespacedName, "uid", c.UID, "err", result[c.UID])
 	}
-	d.metrics.SetPreparedClaims(len(data.Claims))
+	d.recordPrepared(data)
 	per := time.Since(start) / time.Duration(len(claims))
 	for _, err := range result {
 		d.metrics.ObserveUnprepare(per, err)

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -41,7 +42,17 @@ type NodeGroupWatcher struct {
 	// Sharing turns a sharing mode the API server does not keep into exclusive; nil publishes
 	// every mode as configured.
 	Sharing *SharingGate
+	// Taints, when set, is asked every ProbeInterval whether the API server now keeps device
+	// taints (it re-publishes by itself).
+	Taints *TaintingPublisher
+	// ProbeInterval is how often, with 20% jitter so that a fleet's plugins do not ask at once,
+	// the API server is asked again what it serves (default 30s): a control-plane upgrade turns
+	// features on under the running plugin.
+	ProbeInterval time.Duration
 }
+
+// probeJitter spreads a fleet's re-probes: each plugin waits ProbeInterval times 1 to 1.2.
+const probeJitter = 0.2
 
 // Run blocks until ctx is canceled.
 func (w *NodeGroupWatcher) Run(ctx context.Context) {
@@ -77,12 +88,23 @@ func (w *NodeGroupWatcher) Run(ctx context.Context) {
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	probeEvery := w.ProbeInterval
+	if probeEvery <= 0 {
+		probeEvery = 30 * time.Second
+	}
+	reprobe := time.NewTimer(wait.Jitter(probeEvery, probeJitter))
+	defer reprobe.Stop()
+	// servedChanged: what the API server serves changed since the last successful publish.
+	servedChanged := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		case <-trigger:
+		case <-reprobe.C:
+			servedChanged = w.reprobe(ctx) || servedChanged
+			reprobe.Reset(wait.Jitter(probeEvery, probeJitter))
 		}
 		node, err := lister.Get(w.NodeName)
 		if err != nil {
@@ -95,7 +117,7 @@ func (w *NodeGroupWatcher) Run(ctx context.Context) {
 			continue
 		}
 		group, spec := cfg.GroupFor(node.Labels)
-		if specEqual(spec, w.Current) {
+		if specEqual(spec, w.Current) && !servedChanged {
 			continue
 		}
 		publish := spec
@@ -115,9 +137,21 @@ func (w *NodeGroupWatcher) Run(ctx context.Context) {
 			logger.Error(err, "Re-publishing after inventory change failed")
 			continue
 		}
-		logger.Info("Inventory changed; re-published", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String())
+		logger.Info("Inventory changed; re-published", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String(), "sharing", publish.ModeOf())
 		w.Current = spec
+		servedChanged = false
 	}
+}
+
+// reprobe asks the API server again what it serves and reports whether the node's sharing must
+// be re-published.
+func (w *NodeGroupWatcher) reprobe(ctx context.Context) bool {
+	if w.Taints != nil {
+		if err := w.Taints.Refresh(ctx); err != nil {
+			klog.FromContext(ctx).V(2).Info("Re-probing device taints failed; asking again later", "err", err)
+		}
+	}
+	return w.Sharing.Refresh(ctx)
 }
 
 // specEqual compares quantities by value, not by how they were written.

@@ -95,7 +95,7 @@ func (d *Driver) Reconcile(ctx context.Context, claims ClaimGetter) (*ReconcileR
 		}
 	}
 	res.Prepared = len(data.Claims)
-	d.metrics.SetPreparedClaims(res.Prepared)
+	d.recordPrepared(data)
 	logger.Info("Reconciled prepared claims", "prepared", res.Prepared, "recovered", len(res.Recovered),
 		"restoredSpecs", len(res.RestoredSpecs), "removedOrphans", len(res.RemovedOrphans), "unprepared", len(res.Unprepared),
 		"rebooted", len(res.Rebooted))

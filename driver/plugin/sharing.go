@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -107,10 +108,11 @@ func probeSlice(driverName, nodeName string, devices ...resourceapi.Device) *res
 }
 
 // SharingGate decides what a node group publishes: its sharing mode where the API server keeps
-// the fields the mode needs, else exclusive, said once per node group. Each mode's probe runs
-// once, before the first publish of a group in that mode, and its answer is kept: a feature gate
-// changes only with an API server restart, and the library's dropped-fields check catches that
-// case.
+// the fields the mode needs, else what it keeps of the mode (exclusive, or for shared partitions
+// plain partitions), said once per node group. Each mode's probe runs before the first publish of a
+// group in that mode, and its answer is kept until Refresh asks again: a feature gate changes only
+// with an API server restart, which an upgrade of the control plane is, and the plugin must not
+// need a restart of its own to follow.
 type SharingGate struct {
 	// ConsumableCapacity returns why shared-memory GPUs are not kept ("" when they are).
 	ConsumableCapacity func(ctx context.Context) (string, error)
@@ -130,7 +132,9 @@ var probedFields = map[nodegroups.SharingMode]string{
 	nodegroups.Partitioned:  "sharedCounters",
 }
 
-// Effective is the spec to publish for the named group.
+// Effective is the spec to publish for the named group. A shared-partitions group needs both
+// fields: without consumable capacity it publishes plain partitions, without partitionable devices
+// exclusive GPUs.
 func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegroups.GroupSpec) nodegroups.GroupSpec {
 	want := spec.ModeOf()
 	if want == nodegroups.Exclusive {
@@ -138,25 +142,96 @@ func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegrou
 	}
 	g.mutex.Lock()
 	defer g.mutex.Unlock()
-	reason, probed := g.probed[want]
-	if !probed {
-		var err error
-		if reason, err = g.probe(ctx, want); err != nil {
-			// Not remembered: the next inventory change probes again.
-			reason = fmt.Sprintf("cannot tell whether the API server keeps %s: %v", probedFields[want], err)
-		} else {
-			if g.probed == nil {
-				g.probed = map[nodegroups.SharingMode]string{}
-			}
-			g.probed[want] = reason
-		}
+	needs := []nodegroups.SharingMode{want}
+	if want == nodegroups.SharedPartitions {
+		needs = []nodegroups.SharingMode{nodegroups.Partitioned, nodegroups.SharedMemory}
 	}
-	if reason == "" {
+	for _, need := range needs {
+		reason := g.reason(ctx, need)
+		if reason == "" {
+			continue
+		}
+		fallback := &nodegroups.Sharing{Mode: nodegroups.Exclusive}
+		if want == nodegroups.SharedPartitions && need == nodegroups.SharedMemory {
+			fallback = &nodegroups.Sharing{Mode: nodegroups.Partitioned, Partitions: spec.Sharing.Partitions}
+		}
+		g.fallBack(ctx, group, want, fallback.Mode, reason)
+		spec.Sharing = fallback
 		return spec
 	}
-	g.fallBack(ctx, group, want, reason)
-	spec.Sharing = &nodegroups.Sharing{Mode: nodegroups.Exclusive}
 	return spec
+}
+
+// modeFeatures names the Kubernetes feature gate that serves each mode, for the log.
+var modeFeatures = map[nodegroups.SharingMode]string{
+	nodegroups.SharedMemory: "DRAConsumableCapacity",
+	nodegroups.Partitioned:  "DRAPartitionableDevices",
+}
+
+// Refresh probes again every mode probed so far and reports whether any answer changed, so that
+// the caller re-publishes: after a control-plane upgrade that serves a mode (1.36 turns both on),
+// its groups publish shared GPUs without a plugin restart. Each change is logged once; a group
+// that falls back again afterwards says so again. A failed probe keeps the answer it had.
+func (g *SharingGate) Refresh(ctx context.Context) bool {
+	if g == nil {
+		return false
+	}
+	g.mutex.Lock()
+	defer g.mutex.Unlock()
+	logger := klog.FromContext(ctx)
+	changed := false
+	for _, mode := range []nodegroups.SharingMode{nodegroups.SharedMemory, nodegroups.Partitioned} {
+		before, probed := g.probed[mode]
+		if !probed {
+			continue
+		}
+		layout := g.layout
+		reason, err := g.probe(ctx, mode)
+		if err != nil {
+			logger.V(2).Info("Re-probing the API server failed; keeping the last answer", "mode", mode, "err", err)
+			continue
+		}
+		g.probed[mode] = reason
+		if reason == before && g.layout == layout {
+			continue
+		}
+		changed = true
+		switch {
+		case reason == "" && before == "":
+			// 1.34 with the gate on wants counter sets beside their devices, 1.35+ apart.
+			logger.Info("API server wants partitionable devices' counter sets elsewhere now; re-publishing", "layout", g.layout)
+		case reason == "":
+			logger.Info("API server now serves a DRA feature; re-publishing", "feature", modeFeatures[mode], "mode", mode)
+		default:
+			logger.Info("API server no longer serves a DRA feature; re-publishing", "feature", modeFeatures[mode], "mode", mode, "reason", reason)
+		}
+		// The fallback line is said again for each group if the mode goes away again.
+		for key := range g.logged {
+			if strings.HasSuffix(key, "/"+string(mode)) || strings.HasSuffix(key, "/"+string(nodegroups.SharedPartitions)) {
+				delete(g.logged, key)
+			}
+		}
+	}
+	return changed
+}
+
+// reason is why the API server does not keep what mode needs ("" when it does), probed once
+// per mode. The caller holds the mutex.
+func (g *SharingGate) reason(ctx context.Context, mode nodegroups.SharingMode) string {
+	reason, probed := g.probed[mode]
+	if probed {
+		return reason
+	}
+	reason, err := g.probe(ctx, mode)
+	if err != nil {
+		// Not remembered: the next inventory change probes again.
+		return fmt.Sprintf("cannot tell whether the API server keeps %s: %v", probedFields[mode], err)
+	}
+	if g.probed == nil {
+		g.probed = map[nodegroups.SharingMode]string{}
+	}
+	g.probed[mode] = reason
+	return reason
 }
 
 func (g *SharingGate) probe(ctx context.Context, mode nodegroups.SharingMode) (string, error) {
@@ -164,9 +239,11 @@ func (g *SharingGate) probe(ctx context.Context, mode nodegroups.SharingMode) (s
 		return g.ConsumableCapacity(ctx)
 	}
 	layout, reason, err := g.Partitionable(ctx)
+	if before, seen := g.probed[mode]; err == nil && reason == "" && (!seen || before != "" || g.layout != layout) {
+		klog.FromContext(ctx).Info("API server keeps partitionable devices", "layout", layout)
+	}
 	if err == nil && reason == "" {
 		g.layout = layout
-		klog.FromContext(ctx).Info("API server keeps partitionable devices", "layout", layout)
 	}
 	return reason, err
 }
@@ -182,7 +259,7 @@ func (g *SharingGate) Layout() CounterLayout {
 	return g.layout
 }
 
-func (g *SharingGate) fallBack(ctx context.Context, group string, want nodegroups.SharingMode, reason string) {
+func (g *SharingGate) fallBack(ctx context.Context, group string, want, to nodegroups.SharingMode, reason string) {
 	if g.logged == nil {
 		g.logged = map[string]bool{}
 	}
@@ -191,5 +268,5 @@ func (g *SharingGate) fallBack(ctx context.Context, group string, want nodegroup
 		return
 	}
 	g.logged[key] = true
-	klog.FromContext(ctx).Info("Node group sharing falls back to exclusive", "group", group, "want", want, "reason", reason)
+	klog.FromContext(ctx).Info("Node group sharing falls back to "+string(to), "group", group, "want", want, "reason", reason)
 }

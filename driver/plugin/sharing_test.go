@@ -180,3 +180,59 @@ func TestSharingGatePartitioned(t *testing.T) {
 		t.Error("a nil gate does not lay counters out as 1.35+ wants")
 	}
 }
+
+// TestSharingGateSharedPartitions: a shared-partitions group needs both probes' fields; without
+// consumable capacity it publishes plain partitions of the same count, without partitionable
+// devices exclusive GPUs, said once per group with the reason.
+func TestSharingGateSharedPartitions(t *testing.T) {
+	const (
+		noCounters = "API server drops sharedCounters (DRAPartitionableDevices off)"
+		noShares   = "API server drops allowMultipleAllocations (DRAConsumableCapacity off)"
+	)
+	for _, tc := range []struct {
+		name                  string
+		partitionable, shares string
+		wantMode              nodegroups.SharingMode
+		wantLine, wantReason  string
+		wantConsumableProbes  int
+	}{
+		{name: "1.37", wantMode: nodegroups.SharedPartitions, wantConsumableProbes: 1},
+		{name: "partitions only", shares: noShares, wantMode: nodegroups.Partitioned, wantConsumableProbes: 1,
+			wantLine: "Node group sharing falls back to partitioned", wantReason: noShares},
+		{name: "neither", partitionable: noCounters, shares: noShares, wantMode: nodegroups.Exclusive,
+			wantLine: "Node group sharing falls back to exclusive", wantReason: noCounters},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx := klog.NewContext(context.Background(), logger)
+			consumable := 0
+			g := &SharingGate{
+				ConsumableCapacity: func(context.Context) (string, error) { consumable++; return tc.shares, nil },
+				Partitionable: func(context.Context) (CounterLayout, string, error) {
+					return CountersInOwnSlices, tc.partitionable, nil
+				},
+			}
+			spec := nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.SharedPartitions, Partitions: 4}}
+			for _, group := range []string{"a", "a", "b"} {
+				got := g.Effective(ctx, group, spec)
+				if got.ModeOf() != tc.wantMode || (tc.wantMode.Partitions() && got.Sharing.Partitions != 4) {
+					t.Errorf("group %s: sharing %+v, want mode %s", group, got.Sharing, tc.wantMode)
+				}
+			}
+			if consumable != tc.wantConsumableProbes {
+				t.Errorf("consumable capacity probed %d times, want %d", consumable, tc.wantConsumableProbes)
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if tc.wantLine == "" {
+				if strings.Contains(logs, "falls back") {
+					t.Errorf("a fallback line:\n%s", logs)
+				}
+				return
+			}
+			if n := strings.Count(logs, tc.wantLine); n != 2 ||
+				!strings.Contains(logs, `group="a" want="shared-partitions" reason="`+tc.wantReason+`"`) {
+				t.Errorf("%d lines %q, want 2 naming group, want and reason:\n%s", n, tc.wantLine, logs)
+			}
+		})
+	}
+}

@@ -40,8 +40,8 @@ type TaintingPublisher struct {
 	Publisher Publisher
 	Policy    faults.TaintPolicy
 	// Probe returns why the API server does not keep device taints ("" when it does); see
-	// ProbeDeviceTaints. Its answer is kept once it has one; a failed probe is retried at the next
-	// publish, which publishes without taints meanwhile.
+	// ProbeDeviceTaints. Its answer is kept once it has one, until Refresh asks again; a failed
+	// probe is retried at the next publish, which publishes without taints meanwhile.
 	Probe func(ctx context.Context) (string, error)
 
 	mutex     sync.Mutex
@@ -68,6 +68,36 @@ func (p *TaintingPublisher) SetFaults(ctx context.Context, faults faults.Faults)
 	p.faults = faults
 	if p.resources == nil {
 		return nil // nothing published yet; the first publish carries them
+	}
+	return p.publish(ctx)
+}
+
+// Refresh asks the API server again while it did not keep device taints, and re-publishes the
+// faults' taints once it does: a control-plane upgrade (1.36 turns DRADeviceTaints on) is
+// followed without a plugin restart, and said once. Once served the answer is kept: a cluster is
+// not downgraded under a running plugin, and a publish the API server refuses is retried by the
+// library.
+func (p *TaintingPublisher) Refresh(ctx context.Context) error {
+	p.mutex.Lock()
+	defer p.mutex.Unlock()
+	if p.served || p.Probe == nil {
+		return nil
+	}
+	wasProbed := p.probed
+	reason, err := p.Probe(ctx)
+	if err != nil {
+		return fmt.Errorf("re-probing device taints: %w", err)
+	}
+	if reason != "" {
+		p.probed = true
+		return nil
+	}
+	p.probed, p.served = true, true
+	if wasProbed {
+		klog.FromContext(ctx).Info("API server now serves a DRA feature; device taints are published from now on", "feature", "DRADeviceTaints", "taintKey", faults.TaintKey(p.Policy.DriverName))
+	}
+	if p.resources == nil || len(p.faults) == 0 {
+		return nil
 	}
 	return p.publish(ctx)
 }

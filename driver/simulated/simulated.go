@@ -41,8 +41,9 @@ func New(nodeName string, spec nodegroups.GroupSpec) *GPUs {
 // version stores them unchanged. Shared-memory GPUs add what consumable capacity (KEP-5075) needs:
 // allowMultipleAllocations, and a request policy on memory and on compute (which only they
 // publish). Partitioned GPUs are each their partitions and then the whole GPU, all consuming the
-// GPU's counters (KEP-4815, see SharedCounters). The caller publishes the last two only where the
-// API server keeps those fields.
+// GPU's counters (KEP-4815, see SharedCounters); shared-partition GPUs are the same devices, each
+// shared as a shared-memory GPU is. The caller publishes the last three only where the API server
+// keeps those fields.
 func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 	devices := make([]resourceapi.Device, 0, s.spec.Count)
 	for i := 0; i < s.spec.Count; i++ {
@@ -65,7 +66,7 @@ func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 				deviceschema.CapMemory:  shared(s.memory(), s.spec.Sharing.MemoryPolicy()),
 				deviceschema.CapCompute: shared(deviceschema.DefaultCompute.DeepCopy(), s.spec.Sharing.ComputePolicy()),
 			}
-		case nodegroups.Partitioned:
+		case nodegroups.Partitioned, nodegroups.SharedPartitions:
 			devices = append(devices, s.partitions(i, dev)...)
 			continue
 		}
@@ -77,7 +78,7 @@ func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 // SharedCounters are the counter sets of partitioned GPUs, one per GPU with its whole memory and
 // compute; none in the other modes.
 func (s *GPUs) SharedCounters(_ context.Context) ([]resourceapi.CounterSet, error) {
-	if s.spec.ModeOf() != nodegroups.Partitioned {
+	if !s.spec.ModeOf().Partitions() {
 		return nil, nil
 	}
 	sets := make([]resourceapi.CounterSet, 0, s.spec.Count)
@@ -95,16 +96,15 @@ func (s *GPUs) SharedCounters(_ context.Context) ([]resourceapi.CounterSet, erro
 // whole GPU. The scheduler sees them consume the GPU's counters and so never allocates a
 // partition together with the whole GPU.
 func (s *GPUs) partitions(index int, gpu resourceapi.Device) []resourceapi.Device {
-	n := int64(s.spec.Sharing.Partitions)
+	n := s.spec.Sharing.Partitions
 	memory, compute := s.memory(), deviceschema.DefaultCompute.DeepCopy()
-	partMemory := *resource.NewQuantity(memory.Value()/n, resource.BinarySI)
-	partCompute := *resource.NewQuantity(compute.Value()/n, resource.DecimalSI)
+	partMemory, partCompute := nodegroups.PartOf(memory, n), nodegroups.PartOf(compute, n)
 	out := make([]resourceapi.Device, 0, n+1)
 	device := func(name string, mem, comp resource.Quantity, extra map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) resourceapi.Device {
 		attrs := maps.Clone(gpu.Attributes)
 		attrs[deviceschema.AttrPartitionable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(true)}
 		maps.Copy(attrs, extra)
-		return resourceapi.Device{
+		dev := resourceapi.Device{
 			Name:       name,
 			Attributes: attrs,
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
@@ -116,10 +116,18 @@ func (s *GPUs) partitions(index int, gpu resourceapi.Device) []resourceapi.Devic
 				Counters:   counters(mem, comp),
 			}},
 		}
+		if s.spec.ModeOf() == nodegroups.SharedPartitions {
+			// Shares of the device, within its own capacity; the scheduler charges its
+			// counters once, however many claims share it.
+			dev.AllowMultipleAllocations = ptr.To(true)
+			dev.Capacity[deviceschema.CapMemory] = shared(mem, s.spec.Sharing.MemoryPolicy())
+			dev.Capacity[deviceschema.CapCompute] = shared(comp, s.spec.Sharing.ComputePolicy())
+		}
+		return dev
 	}
-	for j := int64(0); j < n; j++ {
-		out = append(out, device(deviceschema.PartitionDeviceName(index, int(j)), partMemory, partCompute,
-			map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{deviceschema.AttrPartition: {IntValue: ptr.To(j)}}))
+	for j := range n {
+		out = append(out, device(deviceschema.PartitionDeviceName(index, j), partMemory, partCompute,
+			map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{deviceschema.AttrPartition: {IntValue: ptr.To(int64(j))}}))
 	}
 	return append(out, device(deviceschema.FullDeviceName(index), memory, compute,
 		map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{deviceschema.AttrFull: {BoolValue: ptr.To(true)}}))

@@ -193,56 +193,73 @@ func TestPartitionedDevices(t *testing.T) {
 		{partitions: 3, wantMemory: "28633115306", wantCompute: "33"},
 		{partitions: 1, wantMemory: "80Gi", wantCompute: "100"},
 	} {
-		t.Run(fmt.Sprint(tc.partitions), func(t *testing.T) {
-			spec := nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.Partitioned, Partitions: tc.partitions}}
-			gpus := New("node-a", spec)
-			devices, err := gpus.Devices(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			sets, err := gpus.SharedCounters(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(devices) != 2*(tc.partitions+1) || len(sets) != 2 {
-				t.Fatalf("%d devices and %d counter sets, want %d and 2", len(devices), len(sets), 2*(tc.partitions+1))
-			}
-			for i, set := range sets {
-				if set.Name != fmt.Sprintf("gpu-%d-counters", i) || qstr(set.Counters["memory"].Value) != "80Gi" || qstr(set.Counters["compute"].Value) != "100" {
-					t.Errorf("counter set %d: %+v", i, set)
-				}
-			}
-			for n, d := range devices {
-				gpu, j := n/(tc.partitions+1), n%(tc.partitions+1)
-				name, memory, compute := fmt.Sprintf("gpu-%d-partition-%d", gpu, j), tc.wantMemory, tc.wantCompute
-				if j == tc.partitions {
-					name, memory, compute = fmt.Sprintf("gpu-%d-full", gpu), "80Gi", "100"
-				}
-				if d.Name != name {
-					t.Fatalf("device %d is %s, want %s", n, d.Name, name)
-				}
-				if *d.Attributes["index"].IntValue != int64(gpu) || !*d.Attributes["partitionable"].BoolValue ||
-					*d.Attributes["uuid"].StringValue != DeviceUUID("node-a", gpu) {
-					t.Errorf("%s: attributes %v", d.Name, d.Attributes)
-				}
-				if p, full := d.Attributes["partition"], d.Attributes["full"]; (j < tc.partitions) != (p.IntValue != nil && *p.IntValue == int64(j)) ||
-					(j == tc.partitions) != (full.BoolValue != nil && *full.BoolValue) {
-					t.Errorf("%s: partition %v full %v", d.Name, p, full)
-				}
-				if qstr(d.Capacity["memory"].Value) != memory || qstr(d.Capacity["compute"].Value) != compute || d.AllowMultipleAllocations != nil {
-					t.Errorf("%s: capacity %v, want memory %s compute %s", d.Name, d.Capacity, memory, compute)
-				}
-				if c := d.ConsumesCounters; len(c) != 1 || c[0].CounterSet != fmt.Sprintf("gpu-%d-counters", gpu) ||
-					qstr(c[0].Counters["memory"].Value) != memory || qstr(c[0].Counters["compute"].Value) != compute {
-					t.Errorf("%s: consumes %+v", d.Name, c)
-				}
-			}
-		})
+		for _, mode := range []nodegroups.SharingMode{nodegroups.Partitioned, nodegroups.SharedPartitions} {
+			t.Run(fmt.Sprintf("%s/%d", mode, tc.partitions), func(t *testing.T) { checkPartitions(t, mode, tc.partitions, tc.wantMemory, tc.wantCompute) })
+		}
 	}
 	// Other modes publish no counters.
 	sets, _ := New("node-a", nodegroups.GroupSpec{Sharing: &nodegroups.Sharing{Mode: nodegroups.SharedMemory}}).SharedCounters(context.Background())
 	if sets != nil {
 		t.Errorf("shared-memory GPUs publish counter sets %v", sets)
+	}
+}
+
+// checkPartitions: two GPUs of the mode, each its partitions and then the whole GPU; in mode
+// shared-partitions every one of them shared, with request policies up to its own capacity.
+func checkPartitions(t *testing.T, mode nodegroups.SharingMode, partitions int, wantMemory, wantCompute string) {
+	t.Helper()
+	spec := nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: mode, Partitions: partitions}}
+	gpus := New("node-a", spec)
+	devices, err := gpus.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, err := gpus.SharedCounters(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devices) != 2*(partitions+1) || len(sets) != 2 {
+		t.Fatalf("%d devices and %d counter sets, want %d and 2", len(devices), len(sets), 2*(partitions+1))
+	}
+	for i, set := range sets {
+		if set.Name != fmt.Sprintf("gpu-%d-counters", i) || qstr(set.Counters["memory"].Value) != "80Gi" || qstr(set.Counters["compute"].Value) != "100" {
+			t.Errorf("counter set %d: %+v", i, set)
+		}
+	}
+	for n, d := range devices {
+		gpu, j := n/(partitions+1), n%(partitions+1)
+		name, memory, compute := fmt.Sprintf("gpu-%d-partition-%d", gpu, j), wantMemory, wantCompute
+		if j == partitions {
+			name, memory, compute = fmt.Sprintf("gpu-%d-full", gpu), "80Gi", "100"
+		}
+		if d.Name != name {
+			t.Fatalf("device %d is %s, want %s", n, d.Name, name)
+		}
+		if *d.Attributes["index"].IntValue != int64(gpu) || !*d.Attributes["partitionable"].BoolValue ||
+			*d.Attributes["uuid"].StringValue != DeviceUUID("node-a", gpu) {
+			t.Errorf("%s: attributes %v", d.Name, d.Attributes)
+		}
+		if p, full := d.Attributes["partition"], d.Attributes["full"]; (j < partitions) != (p.IntValue != nil && *p.IntValue == int64(j)) ||
+			(j == partitions) != (full.BoolValue != nil && *full.BoolValue) {
+			t.Errorf("%s: partition %v full %v", d.Name, p, full)
+		}
+		if qstr(d.Capacity["memory"].Value) != memory || qstr(d.Capacity["compute"].Value) != compute {
+			t.Errorf("%s: capacity %v, want memory %s compute %s", d.Name, d.Capacity, memory, compute)
+		}
+		shared := mode == nodegroups.SharedPartitions
+		if (d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations) != shared {
+			t.Errorf("%s: allowMultipleAllocations %v, want %v", d.Name, d.AllowMultipleAllocations, shared)
+		}
+		for name, total := range map[resourceapi.QualifiedName]string{"memory": memory, "compute": compute} {
+			p := d.Capacity[name].RequestPolicy
+			if got := p != nil && p.ValidRange != nil && p.ValidRange.Max != nil && qstr(*p.ValidRange.Max) == total; got != shared {
+				t.Errorf("%s: %s request policy %+v; want one up to %s: %v", d.Name, name, p, total, shared)
+			}
+		}
+		if c := d.ConsumesCounters; len(c) != 1 || c[0].CounterSet != fmt.Sprintf("gpu-%d-counters", gpu) ||
+			qstr(c[0].Counters["memory"].Value) != memory || qstr(c[0].Counters["compute"].Value) != compute {
+			t.Errorf("%s: consumes %+v", d.Name, c)
+		}
 	}
 }
 

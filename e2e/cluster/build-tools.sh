@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the non-Kubernetes pieces of the local cluster from the Go module proxy, cached by version:
-# etcd, containerd 2.x (+ shim, ctr), cfssl (for hack/local-up-cluster.sh), crictl, helm and kwok
-# (fake nodes of `make scale`; not in the default set).
-# usage: build-tools.sh [etcd|containerd|cfssl|crictl|helm|kwok]...   (default: all but kwok)
+# etcd, containerd 2.x (+ shim, ctr), cfssl (for hack/local-up-cluster.sh), crictl, helm, and for
+# `make scale` only (not in the default set) kwok (fake nodes) and dra-example-webhook (the upstream
+# example driver's webhook, a load target the harness compares ours with).
+# usage: build-tools.sh [etcd|containerd|cfssl|crictl|helm|kwok|dra-example-webhook]...   (default: etcd to helm)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -48,6 +49,31 @@ build_kwok() {
 }
 build_helm() {
   gobuild helm "$HELM_VERSION" helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+}
+# The webhook of kubernetes-sigs/dra-example-driver (module sigs.k8s.io/dra-example-driver), built
+# outside the repository as a load target of `make scale`: nothing of it is linked into gpu-dra. Not
+# every module proxy serves that module; DRA_EXAMPLE_DRIVER_SRC then names a clone of the repository
+# (a work tree or a bare git directory) holding the tag, which is built with its own go.mod and go.sum
+# (its dependencies come from the module proxy).
+build_dra-example-webhook() {
+  local name=dra-example-webhook ver=$DRA_EXAMPLE_DRIVER_VERSION module=sigs.k8s.io/dra-example-driver
+  local src=${DRA_EXAMPLE_DRIVER_SRC:-} stamp=$bin/.$name.version
+  if [ -x "$bin/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$ver" ]; then return 0; fi
+  if [ -z "$src" ]; then
+    go list -m "$module@$ver" >/dev/null 2>&1 ||
+      die "the module proxy does not serve $module@$ver: set DRA_EXAMPLE_DRIVER_SRC to a clone of kubernetes-sigs/dra-example-driver that has the tag $ver"
+    gobuild "$name" "$ver" "$module" "$module/cmd/$name"
+    return
+  fi
+  git -C "$src" rev-parse --verify --quiet "$ver^{commit}" >/dev/null ||
+    die "DRA_EXAMPLE_DRIVER_SRC=$src: no commit $ver there (want a clone of kubernetes-sigs/dra-example-driver with its tags)"
+  local dir=$CACHE/tools-build/$name-$ver
+  rm -rf "$dir" && mkdir -p "$dir"
+  git -C "$src" archive "$ver" | tar -x -C "$dir"
+  [ "$(cd "$dir" && go list -m)" = "$module" ] || die "DRA_EXAMPLE_DRIVER_SRC=$src: $ver is not the module $module"
+  (cd "$dir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly timed "go build $name $ver" go build -trimpath -ldflags "-s -w" -o "$bin/$name.tmp" "./cmd/$name")
+  mv "$bin/$name.tmp" "$bin/$name"
+  echo "$ver" > "$stamp"
 }
 
 what=("$@")

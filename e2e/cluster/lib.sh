@@ -13,6 +13,7 @@ CFSSL_VERSION=${CFSSL_VERSION:-v1.6.5}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
 HELM_VERSION=${HELM_VERSION:-v4.3.2}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+DRA_EXAMPLE_DRIVER_VERSION=${DRA_EXAMPLE_DRIVER_VERSION:-v0.4.0}
 
 CACHE=${GPU_DRA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-dra}
 # Runtime state of the running cluster (sockets, PKI, logs). One cluster per machine.
@@ -75,8 +76,7 @@ local_up() {
   local part=$1 version=$2 start_mode=$3
   local kbin script kubelet_flags=${KUBELET_FLAGS:-} etcd_env=()
   kbin=$(k8s_bin_dir "$version")
-  script=$(go env GOMODCACHE)/k8s.io/kubernetes@v$version/hack/local-up-cluster.sh
-  [ -f "$script" ] || (cd "$CACHE/k8s-build/v$version" && go mod download k8s.io/kubernetes@v$version)
+  script=$(local_up_script "$version")
   # Kubelets from 1.35 refuse cgroup v1 hosts unless told otherwise; CI machines of this kind are v1.
   if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then kubelet_flags="$kubelet_flags --fail-cgroupv1=false"; fi
   if [ "${PRESERVE_ETCD:-0}" = 1 ]; then etcd_env=(PRESERVE_ETCD=true ETCD_DIR="$STATE/etcd"); fi
@@ -92,6 +92,34 @@ local_up() {
     bash "$script" -o "$kbin" >"$STATE/logs/local-up-$part.log" 2>&1 &
   echo $! > "$(local_up_pidfile "$part")"
   echo "$version" > "$STATE/run/$part-version"
+}
+
+# local_up_script VERSION: the hack/local-up-cluster.sh of VERSION to run. Up to 1.32 the script
+# waits for CoreDNS whenever it starts kube-proxy, even with KUBE_ENABLE_CLUSTER_DNS=false (which
+# we set: the suite needs no DNS, and CoreDNS's image is not imported); finding none after about
+# 5.5 minutes it exits, and its EXIT trap stops the whole control plane under a running test
+# (1.33+ guard the wait with ENABLE_CLUSTER_DNS). For those releases we run a copy with the same
+# guard, and with KUBE_ROOT pointing at the module, as the copy lives outside it (the module
+# cache is read-only).
+local_up_script() {
+  local version=$1 moddir script patched
+  moddir=$(go env GOMODCACHE)/k8s.io/kubernetes@v$version
+  script=$moddir/hack/local-up-cluster.sh
+  [ -f "$script" ] || (mkdir -p "$CACHE/k8s-build/v$version" && cd "$CACHE/k8s-build/v$version" && go mod download "k8s.io/kubernetes@v$version")
+  if ! grep -q '^        wait_coredns_available$' "$script"; then
+    echo "$script"
+    return
+  fi
+  patched=$CACHE/k8s-build/v$version/local-up-cluster.sh
+  mkdir -p "$(dirname "$patched")"
+  sed -e 's#^KUBE_ROOT=$(dirname "${BASH_SOURCE\[0\]}")/\.\.$#KUBE_ROOT='"$moddir"'#' \
+    -e 's#^        wait_coredns_available$#        if [[ "${ENABLE_CLUSTER_DNS}" = true ]]; then wait_coredns_available; fi#' \
+    "$script" >"$patched.tmp"
+  # Both edits or none: a release whose script reads otherwise must fail here, not later.
+  grep -qxF "KUBE_ROOT=$moddir" "$patched.tmp" && ! grep -q '^        wait_coredns_available$' "$patched.tmp" ||
+    die "cannot patch $script (its KUBE_ROOT line or CoreDNS wait changed); see local_up_script in lib.sh"
+  mv "$patched.tmp" "$patched"
+  echo "$patched"
 }
 
 local_up_pidfile() {

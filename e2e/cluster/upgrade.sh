@@ -6,8 +6,11 @@
 #   upgrade.sh kubelet VERSION        the kubelet; drain the node first (upstream does not support
 #                                     in-place minor kubelet upgrades: the version skew policy)
 # The cluster must have been started with PRESERVE_ETCD=1, or the control plane's restart would
-# start from an empty etcd.
+# start from an empty etcd. Only the binaries of the part are built: a release the control plane
+# passes through never needs a kubelet.
 set -euo pipefail
+# lib.sh picks the etcd the new release's hack/local-up-cluster.sh wants (3.7 from 1.37).
+[ -z "${2:-}" ] || export K8S_VERSION=$2
 source "$(dirname "$0")/lib.sh"
 
 part=${1:-}
@@ -22,7 +25,13 @@ if [ "$part" = controlplane ] && [ ! -s "$STATE/etcd/member/snap/db" ]; then
 fi
 old=$(cat "$STATE/run/$part-version")
 
-"$HERE/build-k8s.sh" "$version"
+# hack/local-up-cluster.sh runs kubectl in both parts.
+if [ "$part" = controlplane ]; then
+  K8S_BINARIES=${K8S_BINARIES:-kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl} "$HERE/build-k8s.sh" "$version"
+  "$HERE/build-tools.sh" etcd
+else
+  K8S_BINARIES=${K8S_BINARIES:-kubelet kubectl} "$HERE/build-k8s.sh" "$version"
+fi
 export PATH=$(k8s_bin_dir "$version"):$(etcd_bin_dir):$(tools_bin_dir):$PATH
 export KUBECONFIG=$KUBECONFIG_PATH
 step "upgrading the $part in place: v$old -> v$version"

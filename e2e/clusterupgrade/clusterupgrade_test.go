@@ -47,23 +47,31 @@ type scenario struct {
 	plugin  runningPod
 }
 
-func TestSeedUpgrade(t *testing.T) {
+// newScenario is the scenario on the local cluster that target (its make target) started, whose
+// control plane and kubelet must both be of release; its pods go to a namespace named after prefix.
+func newScenario(t *testing.T, release, prefix, target string) *scenario {
+	t.Helper()
 	c := framework.Setup(t)
 	c.RequireLocal(t, "restarts the cluster's control plane and kubelet in place")
 	s := &scenario{c: c, script: os.Getenv("GPU_DRA_UPGRADE_SCRIPT")}
 	if s.script == "" {
-		t.Fatal("GPU_DRA_UPGRADE_SCRIPT is not set: run this scenario with `make e2e-upgrade`")
+		t.Fatalf("GPU_DRA_UPGRADE_SCRIPT is not set: run this scenario with `%s`", target)
 	}
-	if v := s.versions(t); v != "v"+from+"/v"+from {
-		t.Fatalf("control plane/kubelet are %s, want v%s on both: `make e2e-upgrade` starts that cluster", v, from)
+	if v := s.versions(t); v != "v"+release+"/v"+release {
+		t.Fatalf("control plane/kubelet are %s, want v%s on both: `%s` starts that cluster", v, release, target)
 	}
-	s.ns = c.Namespace(t, "upgrade")
+	s.ns = c.Namespace(t, prefix)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := c.KubectlErr("-n", framework.ReleaseNS, "get", "all,events", "-o", "wide")
 			t.Logf("release namespace at failure:\n%s", out)
 		}
 	})
+	return s
+}
+
+func TestSeedUpgrade(t *testing.T) {
+	s := newScenario(t, from, "upgrade", "make e2e-upgrade")
 	steps := []struct {
 		name string
 		run  func(t *testing.T)
@@ -212,7 +220,10 @@ func (s *scenario) helmUpgrade(t *testing.T) {
 	s.stillRunning(t, s.keepers...)
 }
 
-func (s *scenario) kubeletTo134(t *testing.T) {
+// kubeletTo drains the node, stopping the pods kept so far, upgrades the kubelet to version and
+// waits for the webhook.
+func (s *scenario) kubeletTo(t *testing.T, version string) {
+	t.Helper()
 	// Upstream does not support in-place minor kubelet upgrades: drain first. On one node the
 	// webhook's PodDisruptionBudget cannot be met (its replicas have nowhere to go), so pods are
 	// deleted rather than evicted.
@@ -222,20 +233,24 @@ func (s *scenario) kubeletTo134(t *testing.T) {
 		s.stopPod(t, p.name)
 	}
 	s.keepers = nil
-	s.upgrade(t, "kubelet", to)
+	s.upgrade(t, "kubelet", version)
 	s.c.Kubectl(t, "uncordon", node)
-	if v := s.versions(t); v != "v"+to+"/v"+to {
-		t.Fatalf("control plane/kubelet are %s, want v%s on both", v, to)
+	if v := s.versions(t); v != "v"+version+"/v"+version {
+		t.Fatalf("control plane/kubelet are %s, want v%s on both", v, version)
 	}
 	s.waitWebhook(t)
 	// Drain leaves the DaemonSet's plugin running; the new kubelet finds its sockets. Whether the
 	// new kubelet restarted the container (its spec hash may differ between minors) is reported,
 	// not required: in-place kubelet upgrades are outside upstream's support.
 	if now := s.pluginPod(t); now.containerID != s.plugin.containerID {
-		t.Logf("the 1.34 kubelet restarted the plugin's container (%s -> %s)", s.plugin.containerID, now.containerID)
+		t.Logf("the v%s kubelet restarted the plugin's container (%s -> %s)", version, s.plugin.containerID, now.containerID)
 	} else {
 		t.Logf("the plugin's container kept running across the kubelet upgrade")
 	}
+}
+
+func (s *scenario) kubeletTo134(t *testing.T) {
+	s.kubeletTo(t, to)
 	s.waitDevices(t, 8)
 	s.startPod(t, framework.ClaimPod("standalone-after-kubelet", "standalone"), 1)
 	s.stopPod(t, "standalone-after-kubelet")

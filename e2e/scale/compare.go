@@ -61,23 +61,31 @@ type comparison struct {
 	Ratio       float64
 	Pairs       []pair
 	Quiet       int
+	// Against names the webhook Base measured: baselineLabel or upstreamLabel.
+	Against string
 }
 
-func compare(pairs []pair) *comparison {
+// baselineLabel names the 1-node baseline webhook in the report.
+const baselineLabel = "the 1-node baseline"
+
+// upstreamLabel names the upstream example driver's webhook in the report.
+const upstreamLabel = "the upstream example webhook"
+
+func compare(pairs []pair, against string) *comparison {
 	counted := slices.DeleteFunc(slices.Clone(pairs), func(p pair) bool { return !p.quiet() })
 	if len(counted) < quietRounds {
 		counted = slices.Clone(pairs)
 	}
 	slices.SortStableFunc(counted, func(a, b pair) int { return cmp.Compare(a.ratio(), b.ratio()) })
 	m := counted[len(counted)/2]
-	return &comparison{Fleet: m.fleet, Base: m.base, Ratio: m.ratio(), Pairs: pairs, Quiet: len(counted)}
+	return &comparison{Fleet: m.fleet, Base: m.base, Ratio: m.ratio(), Pairs: pairs, Quiet: len(counted), Against: against}
 }
 
-// String lists every pair: p99 on the fleet's webhook / on the baseline's, and the steal of both.
+// String lists every pair: p99 on the fleet's webhook / on the other one's, and the steal of both.
 func (c *comparison) String() string {
 	p := make([]string, len(c.Pairs))
 	for i, pr := range c.Pairs {
 		p[i] = fmt.Sprintf("%s / %s (steal %.0f%%)", ms(pr.fleet.P99()), ms(pr.base.P99()), pr.fleet.Steal)
 	}
-	return fmt.Sprintf("p99 %.2f× the 1-node baseline's (median of %d of %d rounds; every round, p99 here / baseline: %s)", c.Ratio, c.Quiet, len(c.Pairs), strings.Join(p, ", "))
+	return fmt.Sprintf("p99 %.2f× %s's (median of %d of %d rounds; every round, p99 here / there: %s)", c.Ratio, c.Against, c.Quiet, len(c.Pairs), strings.Join(p, ", "))
 }

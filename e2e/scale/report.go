@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,9 @@ type phase struct {
 	PodDirect, High *comparison
 	Status          time.Duration
 	Sched           *schedResult
+	// Upstream and Claims are measured at the largest fleet only.
+	Upstream *upstreamResult
+	Claims   *claimsResult
 }
 
 type report struct {
@@ -58,17 +62,78 @@ func (r *report) print(w io.Writer) {
 				s.Allocated, s.ToAllocated.Seconds(), s.Run, s.ToRunning.Seconds())
 		}
 	}
+	for _, p := range r.phases {
+		if p.Upstream != nil {
+			printUpstream(w, p.Nodes, p.Upstream)
+		}
+		if p.Claims != nil {
+			printClaims(w, p.Nodes, r.o, p.Claims)
+		}
+	}
 	fmt.Fprintln(w)
 	for _, p := range r.phases {
 		for _, res := range []*result{p.Template, p.Pod} {
 			fmt.Fprintf(w, "%d nodes: %s\n", p.Nodes, res)
 		}
-		for _, c := range []*comparison{p.PodDirect, p.High} {
-			if c != nil {
-				fmt.Fprintf(w, "%d nodes: %s: %s\n", p.Nodes, c.Fleet, c)
-			}
+		for _, c := range p.comparisons() {
+			fmt.Fprintf(w, "%d nodes: %s: %s\n", p.Nodes, c.Fleet, c)
+		}
+		if c := p.Claims; c != nil && c.Churn != nil {
+			fmt.Fprintf(w, "%d nodes, %d claims: %s\n%d nodes, %d claims: %s\n", p.Nodes, c.Claims, c.Churn.Changes, p.Nodes, c.Claims, c.Churn.Reviews)
 		}
 	}
+}
+
+// comparisons are every load of the phase compared with another webhook.
+func (p *phase) comparisons() []*comparison {
+	out := []*comparison{p.PodDirect, p.High}
+	if p.Upstream != nil {
+		out = append(out, p.Upstream.Templates...)
+	}
+	if p.Claims != nil {
+		out = append(append(out, p.Claims.Templates...), p.Claims.Pods...)
+	}
+	return slices.DeleteFunc(out, func(c *comparison) bool { return c == nil })
+}
+
+// printUpstream is our webhook against the upstream example webhook: p99 and RSS ratios.
+func printUpstream(w io.Writer, nodes int, u *upstreamResult) {
+	fmt.Fprintf(w, "\nAt %d nodes, no claims held: ours against %s (the same template AdmissionReviews, straight to each, interleaved)\n", nodes, upstreamLabel)
+	for _, c := range u.Templates {
+		fmt.Fprintf(w, "- template reviews at %d/s: p99 %s against %s: ×%.2f (median of %d of %d rounds; webhook CPU per review %s against %s)\n",
+			c.Fleet.Rate, ms(c.Fleet.P99()), ms(c.Base.P99()), c.Ratio, c.Quiet, len(c.Pairs), us(c.Fleet.CPU), us(c.Base.CPU))
+	}
+	fmt.Fprintf(w, "- RSS after those loads: ours %.1f MiB, upstream %.1f MiB: ×%.2f; ours started with the fleet %.1f MiB: ×%.2f (upstream before the loads: %.1f MiB)\n",
+		mib(u.Ours.RSS), mib(u.Theirs.RSS), ratio(u.Ours.RSS, u.Theirs.RSS), mib(u.Fresh.RSS), ratio(u.Fresh.RSS, u.Theirs.RSS), mib(u.TheirsIdle.RSS))
+}
+
+// printClaims is the largest fleet with the held claims in place.
+func printClaims(w io.Writer, nodes int, o Options, c *claimsResult) {
+	fmt.Fprintf(w, "\nAt %d nodes with %d allocated claims (%.0f %% of %d GPUs, one each, spread over the nodes and %d namespaces; written in %.1f s)\n",
+		nodes, c.Claims, 100*o.Claims, c.Devices, min(c.Claims, claimNamespaces), c.Written.Seconds())
+	fmt.Fprintf(w, "- webhook RSS: the registered one %.1f MiB (anonymous %.1f MiB, live heap %.1f MiB); one started with the claims %.1f MiB, peak %.1f MiB, ready after %.1f s\n",
+		mib(c.Mem.RSS), mib(c.Mem.Anon), mib(c.Mem.Live), mib(c.Fresh.RSS), mib(c.Fresh.HWM), c.Fresh.Synced.Seconds())
+	if c.Limit > 0 {
+		fmt.Fprintf(w, "- a restart as the chart runs it (its GOGC, GOMEMLIMIT at its memory limit): peak RSS %.1f MiB of the %.0f MiB limit, %.0f %% to spare\n",
+			mib(c.Restart.HWM), mib(c.Limit), 100*(1-float64(c.Restart.HWM)/float64(c.Limit)))
+	}
+	for i, t := range c.Templates {
+		fmt.Fprintf(w, "- template reviews straight to the webhook at %d/s: %s\n", t.Fleet.Rate, direct(t))
+		fmt.Fprintf(w, "- pod reviews straight to the webhook at %d/s: %s\n", c.Pods[i].Fleet.Rate, direct(c.Pods[i]))
+	}
+	if ch := c.Churn; ch != nil {
+		r := ch.Reviews
+		fmt.Fprintf(w, "- claims churn: %d allocation changes at %d/s (%d failed), template reviews at %d/s meanwhile: p50 %s, p99 %s, max %s; over the %s deadline: %d of %d answered, %d failed\n",
+			ch.Changes.Sent, ch.Changes.Rate, ch.Changes.Failed, r.Rate, ms(r.P50()), ms(r.P99()), ms(r.percentile(1)), ch.Deadline, ch.Over, len(r.Lat), r.Failed)
+	}
+	fmt.Fprintf(w, "- `kubectl dra status`: %.2f s; `kubectl dra why pod/%s` (all GPUs of one node, which no node has free): %.2f s\n", c.Status.Seconds(), whyPod, c.Why.Seconds())
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // direct is a load straight to the webhook: p50 / p99, its CPU per review and the host's steal,

@@ -3,8 +3,6 @@ package scale
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -57,19 +55,4 @@ func (l *loader) pod(name string) *corev1.Pod {
 func (l *loader) dryRunPod(ctx context.Context, _ int) error {
 	_, err := l.cs.CoreV1().Pods(loadNamespace).Create(ctx, l.pod(""), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	return err
-}
-
-// timeStatus runs `kubectl dra status` once and returns how long the whole command took.
-func timeStatus(ctx context.Context, bin, kubeconfig string) (time.Duration, error) {
-	if bin == "" {
-		return 0, nil
-	}
-	cmd := exec.CommandContext(ctx, bin, "status", "--kubeconfig", kubeconfig)
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	d := time.Since(start)
-	if err != nil {
-		return 0, fmt.Errorf("kubectl dra status: %w\n%.2000s", err, out)
-	}
-	return d, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -52,6 +53,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 type runner struct {
 	o               Options
 	logger          klog.Logger
+	cfg             *rest.Config
 	cs              kubernetes.Interface
 	ch              *chart
 	w               *webhook
@@ -65,14 +67,14 @@ type runner struct {
 // started, also after an error.
 func start(ctx context.Context, o Options) (*runner, error) {
 	r := &runner{o: o, logger: klog.FromContext(ctx)}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	if err != nil {
+	var err error
+	if r.cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig); err != nil {
 		return r, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	// The harness is the load; its own client must not be what limits the rate.
-	cfg.QPS, cfg.Burst = 1e5, 1e5
-	cfg.WarningHandlerWithContext = countWarnings{}
-	if r.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+	r.cfg.QPS, r.cfg.Burst = 1e5, 1e5
+	r.cfg.WarningHandlerWithContext = countWarnings{}
+	if r.cs, err = kubernetes.NewForConfig(r.cfg); err != nil {
 		return r, err
 	}
 	groups, err := nodegroups.LoadConfig(o.NodeGroups)
@@ -136,8 +138,8 @@ func (r *runner) phase(ctx context.Context, n int) (*phase, error) {
 	}
 	ph.Template = r.measure(ctx, n, "template validation", r.o.Rate, count, r.l.template)
 	ph.Pod = r.measure(ctx, n, "pod mutation", r.o.Rate, count, r.l.dryRunPod)
-	r.directLoads(ctx, ph, count)
-	if ph.Status, err = timeStatus(ctx, r.o.KubectlDra, r.o.Kubeconfig); err != nil {
+	r.directLoads(ctx, ph)
+	if ph.Status, err = timeKubectlDra(ctx, r.o, "status"); err != nil {
 		return nil, err
 	}
 	if n == r.o.SchedNodes && r.inv.kwokNodes > 0 {
@@ -149,23 +151,50 @@ func (r *runner) phase(ctx context.Context, n int) (*phase, error) {
 	if m, err := r.w.memory(); err == nil {
 		ph.MemAfter = m
 	}
+	if n == r.o.Nodes[len(r.o.Nodes)-1] {
+		if err := r.largest(ctx, ph); err != nil {
+			return nil, err
+		}
+	}
 	r.logger.Info("Phase done", "nodes", n, "rssMiB", mib(ph.Mem.RSS), "rssAfterLoadMiB", mib(ph.MemAfter.RSS), "status", ph.Status)
 	return ph, nil
+}
+
+// largest measures what only the largest fleet is measured with: our webhook against the
+// upstream example webhook before any claim is held, then the held claims.
+func (r *runner) largest(ctx context.Context, ph *phase) error {
+	var err error
+	if r.o.Upstream != "" && len(r.o.ClaimsRates) > 0 {
+		if ph.Upstream, err = r.upstreamLoads(ctx, ph.Nodes, ph.Fresh); err != nil {
+			return err
+		}
+	}
+	if r.o.Claims > 0 {
+		if ph.Claims, err = r.claimsLoads(ctx, ph.Nodes); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // directLoads sends the loads straight to the webhook, with the controllers paused if asked. A
 // p99 is the slowest hundredth: a few seconds of a busy host move it. These loads, which the
 // latency targets are about, run in rounds that interleave the same load on the baseline webhook,
 // until three rounds were quiet.
-func (r *runner) directLoads(ctx context.Context, ph *phase, count int) {
+func (r *runner) directLoads(ctx context.Context, ph *phase) {
 	if r.o.PauseControllers {
 		defer pauseControllers(r.logger)()
 	}
-	ph.PodDirect = r.repeated(ctx, ph.Nodes, "pod reviews to the webhook", r.o.Rate, count, r.pods.review, r.base.pods.review)
+	ph.PodDirect = r.againstBaseline(ctx, ph.Nodes, "pod reviews to the webhook", r.o.Rate, r.pods, r.base.pods)
 	if r.o.HighRate > 0 {
-		highCount := int(r.o.Duration.Seconds() * float64(r.o.HighRate))
-		ph.High = r.repeated(ctx, ph.Nodes, "template reviews to the webhook", r.o.HighRate, highCount, r.templates.review, r.base.templates.review)
+		ph.High = r.againstBaseline(ctx, ph.Nodes, "template reviews to the webhook", r.o.HighRate, r.templates, r.base.templates)
 	}
+}
+
+// againstBaseline is a load of Duration at rate, straight to the webhook and to the baseline's.
+func (r *runner) againstBaseline(ctx context.Context, n int, name string, rate int, rv, baseRv *reviewer) *comparison {
+	count := int(r.o.Duration.Seconds() * float64(rate))
+	return r.repeated(ctx, n, name, rate, count, target{rv.review, r.w.pid()}, target{baseRv.review, r.base.w.pid()}, baselineLabel)
 }
 
 // measure drives one load through the API server. It is preceded by a second of the same, not
@@ -173,43 +202,59 @@ func (r *runner) directLoads(ctx context.Context, ph *phase, count int) {
 // alike.
 func (r *runner) measure(ctx context.Context, n int, name string, rate, count int, op func(context.Context, int) error) *result {
 	drive(ctx, name, rate, rate, op)
-	before, err := sampleCPU(r.w.cmd.Process.Pid)
-	res := drive(ctx, name, rate, count, op)
-	if after, err2 := sampleCPU(r.w.cmd.Process.Pid); err == nil && err2 == nil {
-		res.Steal, res.Busy, res.CPU = stealPercent(before, after), busyPercent(before, after), cpuPer(before, after, res.Sent)
-	}
+	res := sampled(r.w.pid(), func() *result { return drive(ctx, name, rate, count, op) })
 	r.logger.Info("Phase", "nodes", n, "result", res.String())
 	return res
 }
 
-// repeated runs rounds of paired until enough of them were quiet, and compares them.
-func (r *runner) repeated(ctx context.Context, n int, name string, rate, count int, op, baseOp func(context.Context, int) error) *comparison {
+// sampled runs load and adds to its result the host's steal, the machine's busy share and the
+// CPU time per request of the process pid while it ran.
+func sampled(pid int, load func() *result) *result {
+	before, err := sampleCPU(pid)
+	res := load()
+	if after, err2 := sampleCPU(pid); err == nil && err2 == nil {
+		res.Steal, res.Busy, res.CPU = stealPercent(before, after), busyPercent(before, after), cpuPer(before, after, res.Sent)
+	}
+	return res
+}
+
+// target is where a load straight to a webhook goes: one review, and the process serving it
+// (whose CPU time is read).
+type target struct {
+	review func(context.Context, int) error
+	pid    int
+}
+
+// repeated runs rounds of paired until enough of them were quiet, and compares them; against
+// names what b is in the report.
+func (r *runner) repeated(ctx context.Context, n int, name string, rate, count int, a, b target, against string) *comparison {
 	var pairs []pair
 	for len(pairs) < maxRounds && !enoughQuiet(pairs) {
-		pairs = append(pairs, r.paired(ctx, n, name, rate, count, op, baseOp))
+		pairs = append(pairs, r.paired(ctx, n, name, rate, count, a, b, against))
 	}
-	c := compare(pairs)
+	c := compare(pairs, against)
 	r.logger.Info("Phase", "nodes", n, "load", name, "comparison", c.String())
 	return c
 }
 
-// paired is a round of a load straight to the webhooks: the fleet's and the baseline's in turns of
-// a second, so that both see the same host.
-func (r *runner) paired(ctx context.Context, n int, name string, rate, count int, op, baseOp func(context.Context, int) error) pair {
-	drive(ctx, name, rate, rate, op)
-	drive(ctx, name, rate, rate, baseOp)
-	beforeF, errF := sampleCPU(r.w.cmd.Process.Pid)
-	beforeB, errB := sampleCPU(r.base.w.cmd.Process.Pid)
-	p := interleaved(ctx, name, rate, count, op, baseOp)
-	afterF, errF2 := sampleCPU(r.w.cmd.Process.Pid)
-	afterB, errB2 := sampleCPU(r.base.w.cmd.Process.Pid)
-	if errors.Join(errF, errB, errF2, errB2) == nil {
+// paired is a round of a load straight to two webhooks: a (the fleet's) and b in turns of a
+// second, so that both see the same host.
+func (r *runner) paired(ctx context.Context, n int, name string, rate, count int, a, b target, against string) pair {
+	drive(ctx, name, rate, rate, a.review)
+	drive(ctx, name, rate, rate, b.review)
+	beforeA, errA := sampleCPU(a.pid)
+	beforeB, errB := sampleCPU(b.pid)
+	p := interleaved(ctx, name, rate, count, a.review, b.review)
+	afterA, errA2 := sampleCPU(a.pid)
+	afterB, errB2 := sampleCPU(b.pid)
+	if errors.Join(errA, errB, errA2, errB2) == nil {
 		for _, res := range []*result{p.fleet, p.base} {
-			res.Steal, res.Busy = stealPercent(beforeF, afterF), busyPercent(beforeF, afterF)
+			res.Steal, res.Busy = stealPercent(beforeA, afterA), busyPercent(beforeA, afterA)
 		}
-		p.fleet.CPU, p.base.CPU = cpuPer(beforeF, afterF, p.fleet.Sent), cpuPer(beforeB, afterB, p.base.Sent)
+		p.fleet.CPU, p.base.CPU = cpuPer(beforeA, afterA, p.fleet.Sent), cpuPer(beforeB, afterB, p.base.Sent)
 	}
+	p.base.Name = name + " (" + against + ")"
 	r.logger.Info("Phase", "nodes", n, "result", p.fleet.String())
-	r.logger.Info("Phase", "nodes", 1, "result", p.base.String())
+	r.logger.Info("Phase", "against", against, "result", p.base.String())
 	return p
 }

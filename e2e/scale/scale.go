@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -49,6 +50,19 @@ type Options struct {
 	// PauseControllers stops the controller-manager and the scheduler during the loads sent
 	// straight to the webhook (see controllers).
 	PauseControllers bool
+
+	// Claims is the fraction of the largest fleet's GPUs held by allocated claims (one GPU
+	// each) while ClaimsRates, the churn and kubectl dra status and why are measured; 0 skips.
+	Claims float64
+	// ClaimsRates are the rates of template and pod reviews straight to the webhook at the
+	// largest fleet, with the claims held and against the upstream webhook.
+	ClaimsRates []int
+	// ChurnRate is how many allocations change per second while template reviews run at the
+	// first of ClaimsRates (0 skips); ReviewDeadline is what each review should stay within.
+	ChurnRate      int
+	ReviewDeadline time.Duration
+	// Upstream is the upstream example driver's webhook binary; empty skips the comparison.
+	Upstream string
 }
 
 // Limits of Validate: the harness runs on one machine next to its control plane.
@@ -57,6 +71,9 @@ const (
 	maxRate     = 5_000
 	maxDuration = 2 * time.Minute
 	maxPods     = 5_000
+	maxClaims   = 100_000
+	maxChurn    = 1_000
+	maxDeadline = 30 * time.Second
 )
 
 // Validate bounds every count and names the flag to fix.
@@ -82,6 +99,21 @@ func (o *Options) Validate() error {
 	}
 	if o.BaselineAssets == "" {
 		errs = append(errs, errors.New("--baseline-assets: want the directory of etcd and kube-apiserver for the baseline webhook's control plane (e2e/cluster/envtest-assets.sh)"))
+	}
+	if math.IsNaN(o.Claims) || o.Claims < 0 || o.Claims > 1 {
+		errs = append(errs, fmt.Errorf("--claims=%v: want the fraction of the largest fleet's GPUs allocated, 0 to 1 (0 skips)", o.Claims))
+	}
+	if len(o.ClaimsRates) > 4 || slices.ContainsFunc(o.ClaimsRates, func(r int) bool { return r < 1 || r > maxRate }) {
+		errs = append(errs, fmt.Errorf("--claims-rates=%v: want at most 4 rates in 1..%d, e.g. 1000,2000", o.ClaimsRates, maxRate))
+	}
+	if (o.Claims > 0 || o.Upstream != "") && len(o.ClaimsRates) == 0 {
+		errs = append(errs, errors.New("--claims-rates: want a rate for the loads with claims held and against --upstream-webhook, e.g. 1000,2000"))
+	}
+	if o.ChurnRate < 0 || o.ChurnRate > maxChurn {
+		errs = append(errs, fmt.Errorf("--claims-churn=%d: want 0..%d changes per second", o.ChurnRate, maxChurn))
+	}
+	if o.ReviewDeadline <= 0 || o.ReviewDeadline > maxDeadline {
+		errs = append(errs, fmt.Errorf("--review-deadline=%s: want up to %s", o.ReviewDeadline, maxDeadline))
 	}
 	if o.Workers < 1 || o.Workers > 256 {
 		errs = append(errs, fmt.Errorf("--workers=%d: want 1..256", o.Workers))

@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -10,14 +11,15 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok", GOMemLimit: "128MiB", BaselineAssets: "assets"}
+	ok := Options{Nodes: []int{1, 100}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second, SchedNodes: 100, SchedPods: 100, Workers: 32, Kwok: "kwok", GOMemLimit: "128MiB", BaselineAssets: "assets",
+		Claims: 0.5, ClaimsRates: []int{1000, 2000}, ChurnRate: 100, ReviewDeadline: 100 * time.Millisecond, Upstream: "dra-example-webhook"}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid options refused: %v", err)
 	}
 	off := ok
-	off.GOMemLimit = "off"
+	off.GOMemLimit, off.Claims, off.ClaimsRates, off.ChurnRate, off.Upstream = "off", 0, nil, 0, ""
 	if err := off.Validate(); err != nil {
-		t.Fatalf("GOMEMLIMIT off refused: %v", err)
+		t.Fatalf("GOMEMLIMIT off, no claims, no churn, no upstream refused: %v", err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -37,10 +39,23 @@ func TestValidate(t *testing.T) {
 		{"memory limit negative", func(o *Options) { o.GOMemLimit = "-1MiB" }, "--webhook-gomemlimit"},
 		{"memory limit huge", func(o *Options) { o.GOMemLimit = strings.Repeat("9", 40) + "MiB" }, "--webhook-gomemlimit"},
 		{"memory limit unicode", func(o *Options) { o.GOMemLimit = "１２８MiB" }, "--webhook-gomemlimit"},
+		{"claims over 1", func(o *Options) { o.Claims = 1.5 }, "--claims"},
+		{"claims negative", func(o *Options) { o.Claims = -0.5 }, "--claims"},
+		{"claims NaN", func(o *Options) { o.Claims = math.NaN() }, "--claims"},
+		{"claims rate zero", func(o *Options) { o.ClaimsRates = []int{0} }, "--claims-rates"},
+		{"claims rate high", func(o *Options) { o.ClaimsRates = []int{1000, maxRate + 1} }, "--claims-rates"},
+		{"claims rates many", func(o *Options) { o.ClaimsRates = []int{1, 2, 3, 4, 5} }, "--claims-rates"},
+		{"claims without rates", func(o *Options) { o.ClaimsRates = nil }, "--claims-rates"},
+		{"upstream without rates", func(o *Options) { o.Claims, o.ClaimsRates = 0, nil }, "--claims-rates"},
+		{"churn negative", func(o *Options) { o.ChurnRate = -1 }, "--claims-churn"},
+		{"churn high", func(o *Options) { o.ChurnRate = maxChurn + 1 }, "--claims-churn"},
+		{"no deadline", func(o *Options) { o.ReviewDeadline = 0 }, "--review-deadline"},
+		{"deadline long", func(o *Options) { o.ReviewDeadline = time.Hour }, "--review-deadline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
 			o.Nodes = append([]int(nil), ok.Nodes...)
+			o.ClaimsRates = append([]int(nil), ok.ClaimsRates...)
 			tc.edit(&o)
 			if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 				t.Errorf("error %v, want one naming %s", err, tc.flag)
@@ -78,6 +93,13 @@ func TestReadChart(t *testing.T) {
 		}
 		if p := c.path(c.mutating.Webhooks[0].ClientConfig); p != "/mutate-pod" {
 			t.Errorf("%s: mutating path %q", v, p)
+		}
+		// The chart's limit and GOGC are what a restart's peak is measured with and against.
+		if c.memoryLimit != 256<<20 || c.gogc != "400" {
+			t.Errorf("%s: memory limit %d, GOGC %q; want the chart's 256Mi and 400", v, c.memoryLimit, c.gogc)
+		}
+		if q := timeoutQuery(c.validating.Webhooks[0].TimeoutSeconds); q != "?timeout=5s" {
+			t.Errorf("%s: template reviews sent with %q, want the configuration's timeoutSeconds as the API server sends it", v, q)
 		}
 	}
 	if _, err := readChart("testdata/node-groups.yaml"); err == nil {
@@ -117,7 +139,7 @@ func TestCompare(t *testing.T) {
 		{"too few quiet: all count", []pair{p(10*ms, 1*ms, 20), p(4*ms, 2*ms, 0), p(3*ms, 2*ms, 30)}, 1, 2, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := compare(tc.pairs)
+			c := compare(tc.pairs, baselineLabel)
 			if c.Fleet != tc.pairs[tc.want].fleet || c.Base != tc.pairs[tc.want].base || c.Ratio != tc.ratio || c.Quiet != tc.quiet || len(c.Pairs) != len(tc.pairs) {
 				t.Errorf("median ratio %.2f (%s / %s) of %d; want pair %d, ratio %.2f of %d", c.Ratio, c.Fleet.P99(), c.Base.P99(), c.Quiet, tc.want, tc.ratio, tc.quiet)
 			}

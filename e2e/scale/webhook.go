@@ -37,6 +37,10 @@ type chart struct {
 	mutating   *admissionregistrationv1.MutatingWebhookConfiguration
 	command    []string
 	namespace  string
+	// memoryLimit (bytes) and gogc are the webhook container's memory limit and GOGC: how the
+	// chart runs it, which a restart's peak is measured with.
+	memoryLimit int64
+	gogc        string
 }
 
 func readChart(path string) (*chart, error) {
@@ -73,6 +77,12 @@ func readChart(path string) (*chart, error) {
 			for _, ctr := range dep.Spec.Template.Spec.Containers {
 				if ctr.Name == "webhook" {
 					c.command, c.namespace = ctr.Command, dep.Namespace
+					c.memoryLimit = ctr.Resources.Limits.Memory().Value()
+					for _, e := range ctr.Env {
+						if e.Name == "GOGC" {
+							c.gogc = e.Value
+						}
+					}
 				}
 			}
 			continue
@@ -149,23 +159,12 @@ type webhook struct {
 // startWebhook writes a serving certificate for localhost and starts bin with the chart's flags,
 // loopback addresses, o's node groups, GOGC and GOMEMLIMIT.
 func startWebhook(ctx context.Context, c *chart, o Options, dir string) (*webhook, error) {
-	now := time.Now()
-	caCert, caKey, err := certs.NewCA("gpu-dra-scale", now, time.Hour*24)
-	if err != nil {
-		return nil, err
-	}
-	cert, key, err := certs.NewServing(caCert, caKey, []string{"localhost"}, now, time.Hour*24)
-	if err != nil {
-		return nil, err
-	}
-	w := &webhook{dir: dir, ca: caCert}
+	w := &webhook{dir: dir}
+	var err error
 	if w.gogc, err = strconv.Atoi(o.GOGC); err != nil || w.gogc <= 0 {
 		return nil, fmt.Errorf("--webhook-gogc=%q: want a positive number, e.g. 100", o.GOGC)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	if _, err := certs.WriteFiles(filepath.Join(dir, "certs"), certs.Bundle{CACert: caCert, CAKey: caKey, Cert: cert, Key: key}); err != nil {
+	if w.ca, err = writeServingCert(filepath.Join(dir, "certs")); err != nil {
 		return nil, err
 	}
 	ports, err := freePorts(3)
@@ -202,15 +201,43 @@ func startWebhook(ctx context.Context, c *chart, o Options, dir string) (*webhoo
 	return w, nil
 }
 
+// writeServingCert writes a CA and a serving certificate for localhost into dir (tls.crt,
+// tls.key) and returns the CA certificate, which the harness's clients trust.
+func writeServingCert(dir string) ([]byte, error) {
+	now := time.Now()
+	caCert, caKey, err := certs.NewCA("gpu-dra-scale", now, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := certs.NewServing(caCert, caKey, []string{"localhost"}, now, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := certs.WriteFiles(dir, certs.Bundle{CACert: caCert, CAKey: caKey, Cert: cert, Key: key}); err != nil {
+		return nil, err
+	}
+	return caCert, nil
+}
+
 // reviewers send template and pod AdmissionReviews straight to w.
 func (c *chart) reviewers(w *webhook, l *loader) (templates, pods *reviewer, err error) {
-	if templates, err = newReviewer(w, c.path(c.validating.Webhooks[0].ClientConfig), l.templateObjects()); err != nil {
+	v, m := c.validating.Webhooks[0], c.mutating.Webhooks[0]
+	if templates, err = newReviewer(w, c.path(v.ClientConfig)+timeoutQuery(v.TimeoutSeconds), l.templateObjects()); err != nil {
 		return nil, nil, err
 	}
-	if pods, err = newReviewer(w, c.path(c.mutating.Webhooks[0].ClientConfig), l.podObject()); err != nil {
+	if pods, err = newReviewer(w, c.path(m.ClientConfig)+timeoutQuery(m.TimeoutSeconds), l.podObject()); err != nil {
 		return nil, nil, err
 	}
 	return templates, pods, nil
+}
+
+// timeoutQuery is what the API server adds to a webhook's URL: how long it waits for the answer,
+// which the webhook may bound its work by.
+func timeoutQuery(seconds *int32) string {
+	if seconds == nil {
+		return "?timeout=10s" // the API server's default timeoutSeconds
+	}
+	return fmt.Sprintf("?timeout=%ds", *seconds)
 }
 
 // path is the path of a webhook's URL (after install) or service reference.
@@ -225,6 +252,8 @@ func (c *chart) path(cc admissionregistrationv1.WebhookClientConfig) string {
 	}
 	return "/"
 }
+
+func (w *webhook) pid() int { return w.cmd.Process.Pid }
 
 func (w *webhook) url() string { return fmt.Sprintf("https://localhost:%d", w.port) }
 
@@ -268,8 +297,27 @@ type memory struct {
 }
 
 func (w *webhook) memory() (memory, error) {
+	m, err := procMemory(w.cmd.Process.Pid)
+	if err != nil {
+		return m, err
+	}
+	v, err := w.metricValue("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return m, err
+	}
+	m.HeapInuse = int64(v)
+	next, err := w.metricValue("go_memstats_next_gc_bytes")
+	if err != nil {
+		return m, err
+	}
+	m.Live = int64(next / (1 + float64(w.gogc)/100))
+	return m, nil
+}
+
+// procMemory reads a process's resident memory from /proc.
+func procMemory(pid int) (memory, error) {
 	var m memory
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return m, err
 	}
@@ -290,17 +338,7 @@ func (w *webhook) memory() (memory, error) {
 			m.Anon = kb << 10
 		}
 	}
-	v, err := w.metricValue("go_memstats_heap_inuse_bytes")
-	if err != nil {
-		return m, err
-	}
-	m.HeapInuse = int64(v)
-	next, err := w.metricValue("go_memstats_next_gc_bytes")
-	if err != nil {
-		return m, err
-	}
-	m.Live = int64(next / (1 + float64(w.gogc)/100))
-	return m, nil
+	return m, s.Err()
 }
 
 // metricValue reads one unlabelled sample from the webhook's /metrics.

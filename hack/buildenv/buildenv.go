@@ -19,6 +19,8 @@ var (
 	UpgradeVia = value("K8S_RELEASE_UPGRADE_VIA")
 	// Seed is the seed's release, the local cluster's default.
 	Seed = value("K8S_RELEASE_SEED")
+	// ToNewest are the releases an in-place upgrade from Seed to Newest passes through.
+	ToNewest = strings.Split(value("K8S_RELEASES_TO_NEWEST"), ",")
 	// Newest is the newest supported release.
 	Newest = value("K8S_RELEASE_NEWEST")
 

@@ -9,7 +9,8 @@ import (
 // TestReleases: each release is a full version, and they come in order.
 func TestReleases(t *testing.T) {
 	var prev *version.Version
-	for _, r := range []string{Oldest, UpgradeVia, Seed, Newest} {
+	releases := append(append([]string{Oldest, UpgradeVia, Seed}, ToNewest...), Newest)
+	for _, r := range releases {
 		v, err := version.ParseSemantic(r)
 		if err != nil {
 			t.Fatalf("build.env: %q: %v", r, err)

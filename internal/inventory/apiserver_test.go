@@ -115,3 +115,59 @@ func TestInformersListInPages(t *testing.T) {
 		})
 	}
 }
+
+// TestInformersReleaseDeletedSlices: against a real API server, slices listed at the start and
+// created after it, every one with devices of its own, leave the intern tables empty once they
+// are all deleted.
+func TestInformersReleaseDeletedSlices(t *testing.T) {
+	srv := testapiserver.Start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	dra := draclient.New(srv.Clientset)
+	create := func(from, to int) {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(16)
+		for i := from; i < to; i++ {
+			g.Go(func() error {
+				s := uniqueSlice(i, 8)
+				s.ObjectMeta = metav1.ObjectMeta{Name: s.Name}
+				_, err := dra.ResourceSlices().Create(gctx, s, metav1.CreateOptions{})
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const listed, watched = listPageSize + 20, 30
+	create(0, listed)
+	inf := NewInformers(srv.Clientset, 0, nil)
+	inf.Start(ctx)
+	create(listed, listed+watched)
+	cached := func() int {
+		objs, err := inf.Published()
+		if err != nil {
+			return -1
+		}
+		return len(objs.CompactSlices)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after a minute: not %s", what)
+			}
+		}
+	}
+	waitFor("every slice cached", func() bool { return cached() == listed+watched })
+	if entries, _ := inf.interner.usage(); entries == 0 {
+		t.Fatal("nothing interned")
+	}
+	if err := dra.ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("every slice deleted from the cache", func() bool { return cached() == 0 })
+	if entries, bytes, ok := drained(inf.interner, 0, 0); !ok {
+		t.Errorf("every slice deleted: tables hold %d entries, %d bytes", entries, bytes)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -24,20 +25,27 @@ type Claims struct {
 	informer cache.SharedIndexInformer
 }
 
-// NewClaims prepares the informer; onChange runs after every add, update or delete. RBAC:
-// resource.k8s.io resourceclaims list, watch in all namespaces.
+// claimsPageSize is the page of the claim informer's initial list: a page is decoded whole before
+// it is transformed, a megabyte at 500 claims of 2 KB.
+const claimsPageSize = 500
+
+// NewClaims prepares the informer; onChange runs after every add and delete, and after an update
+// that changed what is kept of the claim (TransformClaim). RBAC: resource.k8s.io resourceclaims
+// list, watch in all namespaces.
 func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *Claims {
 	dra := draclient.New(cs)
 	c := &Claims{informer: cache.NewSharedIndexInformer(PlainListWatch(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return dra.ResourceClaims("").List(ctx, o)
+			return listClaims(ctx, o, dra.ResourceClaims("").List)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return dra.ResourceClaims("").Watch(ctx, o)
+			w, err := dra.ResourceClaims("").Watch(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, transformClaimEvent), nil
 		},
 	}), &resourceapi.ResourceClaim{}, resync, nil)}
-	// Transforms are set before the informer runs, so setting one cannot fail.
-	_ = c.informer.SetTransform(TransformClaim)
 	changed := func() {
 		if onChange != nil {
 			onChange()
@@ -46,16 +54,50 @@ func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { changed() },
 		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*resourceapi.ResourceClaim)
-			n, ok2 := newObj.(*resourceapi.ResourceClaim)
-			// A resync, or a change of what the transform dropped, changes no allocation.
-			if !ok1 || !ok2 || o.ResourceVersion != n.ResourceVersion {
+			// A resync, or a write of what the transform dropped (the plugin's status.devices,
+			// labels), changes no allocation: the answers found against them stay good.
+			if !sameKeptClaim(oldObj, newObj) {
 				changed()
 			}
 		},
 		DeleteFunc: func(any) { changed() },
 	})
 	return c
+}
+
+// listClaims is the claim informer's list: in pages (ListInPages), each transformed as it arrives,
+// so that a restart never holds every claim decoded at once.
+func listClaims(ctx context.Context, o metav1.ListOptions, list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceClaimList, error)) (*resourceapi.ResourceClaimList, error) {
+	out := &resourceapi.ResourceClaimList{}
+	err := ListInPages(ctx, o, claimsPageSize, list, func(page *resourceapi.ResourceClaimList) {
+		for i := range page.Items {
+			out.Items = append(out.Items, *transformClaim(&page.Items[i]))
+		}
+		out.TypeMeta, out.ResourceVersion = page.TypeMeta, page.ResourceVersion
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// transformClaimEvent transforms the claim of a watch event (a bookmark's too: the informer
+// expects one type); errors pass unchanged.
+func transformClaimEvent(e watch.Event) (watch.Event, bool) {
+	switch e.Type {
+	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
+		if c, ok := e.Object.(*resourceapi.ResourceClaim); ok {
+			e.Object = transformClaim(c)
+		}
+	}
+	return e, true
+}
+
+// sameKeptClaim: two states of a claim as cached keep the same allocation and consumers.
+func sameKeptClaim(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*resourceapi.ResourceClaim)
+	n, ok2 := newObj.(*resourceapi.ResourceClaim)
+	return ok1 && ok2 && o.UID == n.UID && apiequality.Semantic.DeepEqual(o.Status, n.Status)
 }
 
 // TransformClaim keeps of a claim what the allocator's state and the messages about holders read:
@@ -68,6 +110,10 @@ func TransformClaim(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
+	return transformClaim(c), nil
+}
+
+func transformClaim(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
 	if a := c.Status.Allocation; a != nil {
 		results := make([]resourceapi.DeviceRequestAllocationResult, 0, len(a.Devices.Results))
@@ -81,7 +127,7 @@ func TransformClaim(obj any) (any, error) {
 			out.Status.ReservedFor = append(out.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{APIGroup: r.APIGroup, Resource: r.Resource, Name: r.Name})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Start runs the informer until ctx ends.

@@ -25,6 +25,7 @@ type Informers struct {
 	slices, classes, nodes cache.SharedIndexInformer
 	factory                informers.SharedInformerFactory
 	onChange               func()
+	interner               *Interner
 }
 
 // PlainListWatch is lw, a list and watch through the DRA client (k8s.io/dynamic-resource-allocation/
@@ -41,20 +42,9 @@ func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 // keepAllocatable are kept (NodeAdvertising).
 func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func(), keepAllocatable ...v1.ResourceName) *Informers {
 	dra := draclient.New(cs)
-	i := &Informers{onChange: onChange}
 	in := NewInterner()
-	i.slices = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return in.listSlices(ctx, o, dra.ResourceSlices().List)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := dra.ResourceSlices().Watch(ctx, o)
-			if err != nil {
-				return nil, err
-			}
-			return watch.Filter(w, in.transformEvent), nil
-		},
-	}}, &Slice{}, resync, nil)
+	i := &Informers{onChange: onChange, interner: in}
+	i.slices = cache.NewSharedIndexInformer(in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{}, resync, nil)
 	i.classes = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return dra.DeviceClasses().List(ctx, o)
@@ -93,6 +83,24 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 		DeleteFunc: func(any) { i.changed() },
 	})
 	return i
+}
+
+// sliceListWatch lists and watches ResourceSlices through list and watchSlices, as Slices: lists in
+// pages (listSlices), each watch event transformed (transformEvent).
+func (in *Interner) sliceListWatch(list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceSliceList, error),
+	watchSlices func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	return plainListWatch{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return in.listSlices(ctx, o, list)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchSlices(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, in.transformEvent), nil
+		},
+	}}
 }
 
 // nodeLabelsOnly keeps what the allocator reads of a Node (name and labels), and of its

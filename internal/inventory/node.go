@@ -22,6 +22,8 @@ type Node struct {
 	// nameKeys are the keys of the labels whose value is the node's name.
 	nameKeys    []string
 	Allocatable v1.ResourceList
+	// held keeps the Interner's entries this node shares for as long as the node lives.
+	held *holding
 }
 
 // GetObjectKind makes Node a runtime.Object; it carries no type information.
@@ -29,7 +31,7 @@ func (n *Node) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind
 
 // DeepCopyObject makes Node a runtime.Object; the labels are shared and read-only, as in the cache.
 func (n *Node) DeepCopyObject() runtime.Object {
-	out := &Node{labels: n.labels, nameKeys: n.nameKeys, Allocatable: n.Allocatable.DeepCopy()}
+	out := &Node{labels: n.labels, nameKeys: n.nameKeys, Allocatable: n.Allocatable.DeepCopy(), held: n.held}
 	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return out
 }
@@ -92,11 +94,13 @@ func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
 		others[k] = v
 	}
 	slices.Sort(out.nameKeys)
+	var held []*entry
 	in.mu.Lock()
-	out.labels = in.labels(others)
+	out.labels = in.labels(others, &held)
 	if out.nameKeys != nil {
-		out.nameKeys = in.keys(out.nameKeys)
+		out.nameKeys = in.keys(out.nameKeys, &held)
 	}
+	out.held = in.hold(held)
 	in.mu.Unlock()
 	for name, q := range n.Status.Allocatable {
 		if keep(name) {

@@ -24,6 +24,8 @@ type Slice struct {
 	// pointer: the collector, which walks every cached slice on every cycle, skips both.
 	own     []ownAttribute
 	ownText string
+	// held keeps the Interner's entries this slice shares for as long as the slice lives.
+	held *holding
 }
 
 // ownAttribute is a string or version attribute of one device, kept apart from its shared map:

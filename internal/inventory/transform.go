@@ -2,9 +2,7 @@ package inventory
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
-	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,8 +19,8 @@ import (
 
 // sliceMeta (in.mu held) keeps of a slice's metadata what identifies it; the allocator and the
 // View read only the spec and the name.
-func (in *Interner) sliceMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: in.labels(m.Labels)}
+func (in *Interner) sliceMeta(m *metav1.ObjectMeta, held *[]*entry) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: in.labels(m.Labels, held)}
 }
 
 // TransformSlice is the ResourceSlice informer's transform: a *Slice with metadata stripped to
@@ -39,19 +37,35 @@ func (in *Interner) TransformSlice(obj any) (any, error) {
 
 func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	out := &Slice{TypeMeta: s.TypeMeta, Spec: s.Spec}
-	varying := varyingStrings(s.Spec.Devices)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	out.ObjectMeta = in.sliceMeta(&s.ObjectMeta)
-	out.Spec.Driver = *in.str(s.Spec.Driver)
-	if s.Spec.Devices == nil {
-		return out
+	var held []*entry
+	// The list's key is read before the lock: a slice of a shape seen before (every node of a
+	// group) takes its list without looking at its devices one by one.
+	var key string
+	var keyed bool
+	if s.Spec.Devices != nil {
+		out.Spec.Devices, out.own, out.ownText = ownApart(s.Spec.Devices)
+		key, keyed = shapeKey(out.Spec.Devices)
 	}
-	out.Spec.Devices = make([]resourceapi.Device, len(s.Spec.Devices))
+	in.mu.Lock()
+	out.ObjectMeta = in.sliceMeta(&s.ObjectMeta, &held)
+	out.Spec.Driver = *in.str(s.Spec.Driver, &held)
+	if out.Spec.Devices != nil {
+		out.Spec.Devices = in.devices(out.Spec.Devices, key, keyed, &held)
+	}
+	out.held = in.hold(held)
+	in.mu.Unlock()
+	return out
+}
+
+// ownApart returns a copy of devices with the attributes that cost more than they say removed
+// and the string and version attributes that vary between devices moved to own and ownText.
+func ownApart(devices []resourceapi.Device) ([]resourceapi.Device, []ownAttribute, string) {
+	varying := varyingStrings(devices)
+	out := make([]resourceapi.Device, len(devices))
+	var own []ownAttribute
 	var text []byte
-	for i := range s.Spec.Devices {
-		d := s.Spec.Devices[i]
-		d.Name = *in.str(d.Name)
+	for i := range devices {
+		d := devices[i]
 		d.Attributes = withoutCostlyQuantities(d.Attributes)
 		attrs, cloned := d.Attributes, false
 		for n, a := range d.Attributes {
@@ -66,24 +80,39 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 				attrs, cloned = maps.Clone(d.Attributes), true
 			}
 			delete(attrs, n)
-			out.own, text = addOwn(out.own, text, i, string(n), value, a.VersionValue != nil)
+			own, text = addOwn(own, text, i, string(n), value, a.VersionValue != nil)
 		}
 		if cloned && len(attrs) == 0 {
 			attrs = nil
 		}
-		d.Attributes = in.attributes(attrs)
-		d.Capacity = in.capacity(d.Capacity)
-		out.Spec.Devices[i] = d
+		d.Attributes = attrs
+		out[i] = d
 	}
-	out.Spec.Devices = in.devices(out.Spec.Devices)
-	out.ownText = string(text)
-	return out
+	return out, own, string(text)
 }
 
-// devices (in.mu held) returns a list equal to devices, shared with every slice of the same
-// devices: with their own attributes apart, the nodes of one node group publish the same list.
-func (in *Interner) devices(devices []resourceapi.Device) []resourceapi.Device {
-	return shared(in.deviceLists, devices, func() []resourceapi.Device { return devices })
+// devices (in.mu held) returns a list equal to devices (their own attributes apart), shared with
+// every slice of the same devices under key: the nodes of one node group publish the same list.
+// A list that is not shared (the budget is full) still shares its devices' parts.
+func (in *Interner) devices(devices []resourceapi.Device, key string, keyed bool, held *[]*entry) []resourceapi.Device {
+	if keyed {
+		if v, ok := take(in.deviceLists, key, held); ok {
+			return v.([]resourceapi.Device)
+		}
+	}
+	var parts []*entry
+	for i := range devices {
+		d := &devices[i]
+		d.Name = *in.str(d.Name, &parts)
+		d.Attributes = in.attributes(d.Attributes, &parts)
+		d.Capacity = in.capacity(d.Capacity, &parts)
+	}
+	if size := entrySize(key, len(devices)*deviceSize); keyed && in.fits(size) {
+		in.add(in.deviceLists, key, size, devices, parts, held)
+	} else {
+		*held = append(*held, parts...)
+	}
+	return devices
 }
 
 // varyingStrings are the names of the string and version attributes that differ between the
@@ -157,162 +186,4 @@ func TransformClass(obj any) (any, error) {
 	out := &resourceapi.DeviceClass{TypeMeta: c.TypeMeta, Spec: c.Spec,
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion, Generation: c.Generation, Labels: c.Labels}}
 	return out, nil
-}
-
-// maxShared bounds each table of shared maps. Past it the table starts over: objects keep what
-// they share, later ones share anew. Only a driver publishing more distinct shapes than this
-// (every device different) fills it, and then sharing would not pay anyway.
-const maxShared = 4096
-
-// Interner shares equal strings, attribute values, attribute maps, capacity maps, device lists,
-// label maps and label key lists between the objects the informers cache. Safe for concurrent use; the zero value is not usable,
-// use NewInterner.
-type Interner struct {
-	mu sync.Mutex
-	// strs holds one copy of each string seen (names, models, versions, label values), and the
-	// pointer attribute values share.
-	strs     map[string]*string
-	attrMaps map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
-	capMaps  map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
-	// deviceLists are slices' device lists, their own attributes apart.
-	deviceLists map[string][]resourceapi.Device
-	labelMaps   map[string]map[string]string
-	keyLists    map[string][]string
-}
-
-// NewInterner returns an empty Interner.
-func NewInterner() *Interner {
-	return &Interner{
-		strs:     map[string]*string{},
-		attrMaps: map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{},
-		capMaps:  map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{},
-
-		deviceLists: map[string][]resourceapi.Device{},
-		labelMaps:   map[string]map[string]string{},
-		keyLists:    map[string][]string{},
-	}
-}
-
-// str returns the shared copy of s; in.mu must be held. Strings that never repeat (uuids, node
-// names) pass through the table too: telling them apart would cost more than the table, which
-// starts over at maxShared entries.
-func (in *Interner) str(s string) *string {
-	if p, ok := in.strs[s]; ok {
-		return p
-	}
-	if len(in.strs) >= maxShared {
-		clear(in.strs)
-	}
-	p := &s
-	in.strs[s] = p
-	return p
-}
-
-// smallInts are shared pointers for the integer attributes that repeat everywhere (indexes,
-// counts); others get their own.
-var smallInts = func() (out [256]int64) {
-	for i := range out {
-		out[i] = int64(i)
-	}
-	return out
-}()
-
-var boolValues = [2]bool{false, true}
-
-func (in *Interner) attribute(a resourceapi.DeviceAttribute) resourceapi.DeviceAttribute {
-	switch {
-	case a.IntValue != nil:
-		if v := *a.IntValue; v >= 0 && v < int64(len(smallInts)) {
-			return resourceapi.DeviceAttribute{IntValue: &smallInts[v]}
-		}
-	case a.BoolValue != nil:
-		if *a.BoolValue {
-			return resourceapi.DeviceAttribute{BoolValue: &boolValues[1]}
-		}
-		return resourceapi.DeviceAttribute{BoolValue: &boolValues[0]}
-	case a.StringValue != nil:
-		return resourceapi.DeviceAttribute{StringValue: in.str(*a.StringValue)}
-	case a.VersionValue != nil:
-		return resourceapi.DeviceAttribute{VersionValue: in.str(*a.VersionValue)}
-	}
-	return a
-}
-
-// attributes (in.mu held) returns a map equal to attrs: an identical one seen before, or a copy
-// with interned names and values.
-func (in *Interner) attributes(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	if attrs == nil {
-		return nil
-	}
-	return shared(in.attrMaps, attrs, func() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-		m := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(attrs))
-		for n, a := range attrs {
-			m[resourceapi.QualifiedName(*in.str(string(n)))] = in.attribute(a)
-		}
-		return m
-	})
-}
-
-// capacity (in.mu held) returns a map equal to caps, shared with every device of the same capacities.
-func (in *Interner) capacity(caps map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
-	if caps == nil {
-		return nil
-	}
-	return shared(in.capMaps, caps, func() map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
-		m := make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(caps))
-		for n, c := range caps {
-			m[resourceapi.QualifiedName(*in.str(string(n)))] = c
-		}
-		return m
-	})
-}
-
-// shared returns the value table holds for v's shapeKey, or stores and returns build() (equal to
-// v) for it. The table starts over at maxShared entries. A v that cannot be encoded is returned
-// as it is.
-func shared[T any](table map[string]T, v T, build func() T) T {
-	key, ok := shapeKey(v)
-	if !ok {
-		return v
-	}
-	if s, ok := table[key]; ok {
-		return s
-	}
-	s := build()
-	if len(table) >= maxShared {
-		clear(table)
-	}
-	table[key] = s
-	return s
-}
-
-// shapeKey encodes a map canonically (JSON sorts map keys): equal keys are equal maps. Different
-// spellings of one quantity ("1Gi", "1024Mi") get different keys and are merely not shared.
-func shapeKey(m any) (string, bool) {
-	data, err := json.Marshal(m)
-	return string(data), err == nil
-}
-
-// labels (in.mu held) returns a map equal to labels, shared with every object of the same labels.
-func (in *Interner) labels(labels map[string]string) map[string]string {
-	if labels == nil {
-		return nil
-	}
-	return shared(in.labelMaps, labels, func() map[string]string {
-		out := make(map[string]string, len(labels))
-		for k, v := range labels {
-			out[*in.str(k)] = *in.str(v)
-		}
-		return out
-	})
-}
-
-// keys (in.mu held) returns a list equal to keys, shared with every object of the same.
-func (in *Interner) keys(keys []string) []string {
-	return shared(in.keyLists, keys, func() []string {
-		for i, k := range keys {
-			keys[i] = *in.str(k)
-		}
-		return keys
-	})
 }

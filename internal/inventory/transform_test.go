@@ -137,20 +137,25 @@ func TestTransformSliceSharesEqualAttributes(t *testing.T) {
 	}
 }
 
-// TestTransformSharedTableBounded: past maxShared distinct shapes the table starts over instead
-// of growing with the fleet.
+// TestTransformSharedTableBounded: past its budget the Interner shares no more new values
+// instead of growing with the fleet, and every slice keeps its own values intact.
 func TestTransformSharedTableBounded(t *testing.T) {
-	in := NewInterner()
-	for i := range maxShared + 10 {
+	const budget = 64 << 10
+	in := NewInterner(WithByteBudget(budget))
+	var kept []*Slice
+	for i := range 4096 {
 		s := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: []resourceapi.Device{{Name: "d",
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse(fmt.Sprintf("%dMi", i+1))}}}}}}
 		out, _ := in.TransformSlice(s)
-		if got := out.(*Slice).Spec.Devices[0].Capacity["memory"].Value; got.Cmp(resource.MustParse(fmt.Sprintf("%dMi", i+1))) != 0 {
+		kept = append(kept, out.(*Slice))
+	}
+	for i, s := range kept {
+		if got := s.Spec.Devices[0].Capacity["memory"].Value; got.Cmp(resource.MustParse(fmt.Sprintf("%dMi", i+1))) != 0 {
 			t.Fatalf("slice %d: memory %s", i, got.String())
 		}
 	}
-	if n := len(in.capMaps); n > maxShared {
-		t.Errorf("%d shared capacity maps, want at most %d", n, maxShared)
+	if entries, bytes := in.usage(); bytes > budget || entries >= 4096 {
+		t.Errorf("%d entries of %d bytes, want at most %d bytes", entries, bytes, budget)
 	}
 }
 

@@ -20,18 +20,39 @@ const (
 	// (memory, compute) that Partitions equal partition devices and one whole-GPU device consume,
 	// so the scheduler hands out either partitions or the whole GPU, never both.
 	Partitioned SharingMode = "partitioned"
+	// SharedPartitions GPUs are partitioned GPUs whose partitions (and whole GPU) several claims
+	// may share, each claim asking for part of one partition's memory and compute (KEP-4815 with
+	// KEP-5075): the counters still keep a GPU's partitions and its whole device apart, and each
+	// device's shares within its capacity.
+	SharedPartitions SharingMode = "shared-partitions"
 )
+
+// Partitions reports whether the mode cuts GPUs into partitions.
+func (m SharingMode) Partitions() bool { return m == Partitioned || m == SharedPartitions }
+
+// Shares reports whether the mode lets several claims share one device.
+func (m SharingMode) Shares() bool { return m == SharedMemory || m == SharedPartitions }
+
+// PartOf is one of n equal parts of a GPU's capacity, rounded down so that the parts always fit
+// together.
+func PartOf(total resource.Quantity, n int) resource.Quantity {
+	if total.Format == resource.BinarySI {
+		return *resource.NewQuantity(total.Value()/int64(n), resource.BinarySI)
+	}
+	return *resource.NewQuantity(total.Value()/int64(n), resource.DecimalSI)
+}
 
 // MaxPartitions is the most partitions of one GPU: with the whole-GPU device, 17 devices per
 // GPU still fit three GPUs in a slice of 64 devices (the API server's limit once devices consume
 // counters).
 const MaxPartitions = 16
 
-// Sharing is a node group's sharing mode and, for shared-memory, what one share may be; for
-// partitioned, into how many partitions each GPU is cut.
+// Sharing is a node group's sharing mode and, for shared-memory and shared-partitions, what one
+// share may be; for partitioned and shared-partitions, into how many partitions each GPU is cut.
 type Sharing struct {
 	Mode SharingMode `json:"mode,omitempty"`
-	// Partitions is the number of equal partitions of each GPU in mode partitioned (1..16).
+	// Partitions is the number of equal partitions of each GPU in modes partitioned and
+	// shared-partitions (1..16).
 	Partitions int `json:"partitions,omitempty"`
 	// Memory and Compute bound the share of each capacity a claim may request; unset fields take
 	// DefaultMemoryPolicy and DefaultComputePolicy.
@@ -108,38 +129,51 @@ func (s *Sharing) validate(path string, memory resource.Quantity, computeTotal r
 		return nil
 	}
 	switch s.Mode {
-	case "", Exclusive, SharedMemory, Partitioned:
+	case "", Exclusive, SharedMemory, Partitioned, SharedPartitions:
 	default:
-		return fmt.Errorf("%s.mode: unknown mode %q; use exclusive, shared-memory or partitioned", path, s.Mode)
+		return fmt.Errorf("%s.mode: unknown mode %q; use exclusive, shared-memory, partitioned or shared-partitions", path, s.Mode)
 	}
-	if s.Mode != Partitioned && s.Partitions != 0 {
-		return fmt.Errorf("%s: partitions applies only to mode partitioned; set mode: partitioned or remove it", path)
+	if !s.Mode.Partitions() && s.Partitions != 0 {
+		return fmt.Errorf("%s: partitions applies only to modes partitioned and shared-partitions; set one of them or remove it", path)
 	}
-	if s.Mode != SharedMemory && (s.Memory != nil || s.Compute != nil) {
-		return fmt.Errorf("%s: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them", path)
+	if !s.Mode.Shares() && (s.Memory != nil || s.Compute != nil) {
+		return fmt.Errorf("%s: memory and compute apply only to modes shared-memory and shared-partitions; set one of them or remove them", path)
 	}
-	switch s.Mode {
-	case SharedMemory:
-	case Partitioned:
+	if s.Mode.Partitions() {
 		if s.Partitions == 0 {
-			return fmt.Errorf("%s.partitions: required with mode partitioned; use 1..%d", path, MaxPartitions)
+			return fmt.Errorf("%s.partitions: required with mode %s; use 1..%d", path, s.Mode, MaxPartitions)
 		}
 		if s.Partitions < 1 || s.Partitions > MaxPartitions {
 			return fmt.Errorf("%s.partitions: %d is out of range; use 1..%d", path, s.Partitions, MaxPartitions)
 		}
-		return nil
-	default:
+	}
+	if !s.Mode.Shares() {
 		return nil
 	}
-	if err := checkPolicy(path+".memory", s.MemoryPolicy(), memory, "1Gi"); err != nil {
-		return err
+	// Every shared device publishes the policies: the whole GPU and, partitioned, each partition.
+	type device struct {
+		of              string
+		memory, compute resource.Quantity
 	}
-	return checkPolicy(path+".compute", s.ComputePolicy(), computeTotal, "1")
+	devices := []device{{"the GPU's", memory, computeTotal}}
+	if s.Mode == SharedPartitions {
+		devices = append(devices, device{"a partition's", PartOf(memory, s.Partitions), PartOf(computeTotal, s.Partitions)})
+	}
+	for _, d := range devices {
+		if err := checkPolicy(path+".memory", s.MemoryPolicy(), d.memory, "1Gi", d.of); err != nil {
+			return err
+		}
+		if err := checkPolicy(path+".compute", s.ComputePolicy(), d.compute, "1", d.of); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkPolicy rejects a policy the API server would refuse (its validation of a capacity's
-// requestPolicy, with the GPU's whole capacity as the default) or that allows no share at all.
-func checkPolicy(path string, p CapacityPolicy, total resource.Quantity, example string) error {
+// requestPolicy, with the device's whole capacity as the default) or that allows no share at all;
+// of names the device ("the GPU's", "a partition's").
+func checkPolicy(path string, p CapacityPolicy, total resource.Quantity, example, of string) error {
 	for _, f := range []struct {
 		name string
 		q    *resource.Quantity
@@ -148,7 +182,7 @@ func checkPolicy(path string, p CapacityPolicy, total resource.Quantity, example
 			return fmt.Errorf("%s.%s: %s must be positive, e.g. %s", path, f.name, f.q.String(), example)
 		}
 		if f.q != nil && f.q.Cmp(total) > 0 {
-			return fmt.Errorf("%s.%s: %s exceeds the GPU's %s; use at most %s", path, f.name, f.q.String(), total.String(), total.String())
+			return fmt.Errorf("%s.%s: %s exceeds %s %s; use at most %s", path, f.name, f.q.String(), of, total.String(), total.String())
 		}
 	}
 	if p.Max != nil && p.Max.Cmp(*p.Min) < 0 {
@@ -157,11 +191,11 @@ func checkPolicy(path string, p CapacityPolicy, total resource.Quantity, example
 	oneStep := p.Min.DeepCopy()
 	oneStep.Add(*p.Step)
 	if oneStep.Cmp(total) > 0 {
-		return fmt.Errorf("%s.step: min %s plus step %s exceeds the GPU's %s; lower min or step", path, p.Min.String(), p.Step.String(), total.String())
+		return fmt.Errorf("%s.step: min %s plus step %s exceeds %s %s; lower min or step", path, p.Min.String(), p.Step.String(), of, total.String())
 	}
 	// A claim that names no amount gets max (the whole GPU when unset), so it must lie on the
 	// steps from min, as the API server requires.
-	name, most := "the GPU's", total
+	name, most := of, total
 	if p.Max != nil {
 		name, most = "max", *p.Max
 	}

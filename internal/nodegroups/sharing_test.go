@@ -60,15 +60,15 @@ func TestSharingValidation(t *testing.T) {
 		{"negative partitions", `defaults: {sharing: {mode: partitioned, partitions: -2}}`,
 			"defaults.sharing.partitions: -2 is out of range; use 1..16"},
 		{"partitions without partitioned", `nodeGroups: [{name: a, sharing: {mode: shared-memory, partitions: 4}}]`,
-			"nodeGroups[0].sharing: partitions applies only to mode partitioned; set mode: partitioned or remove it"},
+			"nodeGroups[0].sharing: partitions applies only to modes partitioned and shared-partitions; set one of them or remove it"},
 		{"partitions on exclusive", `defaults: {sharing: {partitions: 4}}`,
-			"defaults.sharing: partitions applies only to mode partitioned; set mode: partitioned or remove it"},
+			"defaults.sharing: partitions applies only to modes partitioned and shared-partitions; set one of them or remove it"},
 		{"policy on partitioned", `nodeGroups: [{name: a, sharing: {mode: partitioned, partitions: 2, memory: {min: 2Gi}}}]`,
-			"nodeGroups[0].sharing: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them"},
+			"nodeGroups[0].sharing: memory and compute apply only to modes shared-memory and shared-partitions; set one of them or remove them"},
 		{"unknown mode", `nodeGroups: [{name: a, sharing: {mode: timesliced}}]`,
-			`nodeGroups[0].sharing.mode: unknown mode "timesliced"; use exclusive, shared-memory or partitioned`},
+			`nodeGroups[0].sharing.mode: unknown mode "timesliced"; use exclusive, shared-memory, partitioned or shared-partitions`},
 		{"policy without shared-memory", `defaults: {sharing: {memory: {min: 2Gi}}}`,
-			"defaults.sharing: memory and compute apply only to mode shared-memory; set mode: shared-memory or remove them"},
+			"defaults.sharing: memory and compute apply only to modes shared-memory and shared-partitions; set one of them or remove them"},
 		{"min above memory", `nodeGroups: [{name: a, memory: 16Gi, sharing: {mode: shared-memory, memory: {min: 32Gi}}}]`,
 			"nodeGroups[0].sharing.memory.min: 32Gi exceeds the GPU's 16Gi; use at most 16Gi"},
 		{"inherited min above a group's memory", "defaults: {sharing: {mode: shared-memory, memory: {min: 20Gi, step: 4Gi}}}\nnodeGroups: [{name: a, memory: 16Gi}]",
@@ -79,6 +79,12 @@ func TestSharingValidation(t *testing.T) {
 			"nodeGroups[0].sharing.memory.max: 4Gi is below min 8Gi; raise max or lower min"},
 		{"whole GPU off the steps", `nodeGroups: [{name: a, sharing: {mode: shared-memory, memory: {min: 1Gi, step: 3Gi}}}]`,
 			"nodeGroups[0].sharing.memory.step: the GPU's 80Gi is not min 1Gi plus a multiple of step 3Gi; choose min and step that reach it"},
+		{"shared-partitions without partitions", `nodeGroups: [{name: a, sharing: {mode: shared-partitions}}]`,
+			"nodeGroups[0].sharing.partitions: required with mode shared-partitions; use 1..16"},
+		{"shared-partitions min above a partition", `nodeGroups: [{name: a, sharing: {mode: shared-partitions, partitions: 4, memory: {min: 32Gi}}}]`,
+			"nodeGroups[0].sharing.memory.min: 32Gi exceeds a partition's 20Gi; use at most 20Gi"},
+		{"a partition off the steps", `nodeGroups: [{name: a, sharing: {mode: shared-partitions, partitions: 3}}]`,
+			"nodeGroups[0].sharing.memory.step: a partition's 28633115306 is not min 1Gi plus a multiple of step 1Gi; choose min and step that reach it"},
 		{"one step too big", `nodeGroups: [{name: a, sharing: {mode: shared-memory, compute: {min: "60", step: "50"}}}]`,
 			"nodeGroups[0].sharing.compute.step: min 60 plus step 50 exceeds the GPU's 100; lower min or step"},
 	} {
@@ -96,5 +102,22 @@ func TestSharingValidation(t *testing.T) {
 	var cfg Config
 	if err := yaml.UnmarshalStrict([]byte(`nodeGroups: [{name: a, sharing: {mode: shared, extra: 1}}]`), &cfg); err == nil || !strings.Contains(err.Error(), "extra") {
 		t.Errorf("unknown sharing field accepted: %v", err)
+	}
+}
+
+// TestSharedPartitionsValid: partitions that divide the GPU on the policies' steps are accepted,
+// also with a policy within a partition.
+func TestSharedPartitionsValid(t *testing.T) {
+	for _, config := range []string{
+		`nodeGroups: [{name: a, sharing: {mode: shared-partitions, partitions: 4}}]`,
+		`nodeGroups: [{name: a, sharing: {mode: shared-partitions, partitions: 2, memory: {min: 8Gi, step: 8Gi}, compute: {min: "10", step: "10"}}}]`,
+	} {
+		var cfg Config
+		if err := yaml.UnmarshalStrict([]byte(config), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: %v", config, err)
+		}
 	}
 }

@@ -18,16 +18,22 @@ type upgradeCase struct {
 	Error string `json:"error"`
 }
 
-func TestDecode(t *testing.T) {
+// upgradeCases are testdata/cases.yaml.
+func upgradeCases(tb testing.TB) []upgradeCase {
+	tb.Helper()
 	data, err := os.ReadFile("testdata/cases.yaml")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var cases []upgradeCase
 	if err := yaml.UnmarshalStrict(data, &cases); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	for _, tc := range cases {
+	return cases
+}
+
+func TestDecode(t *testing.T) {
+	for _, tc := range upgradeCases(t) {
 		t.Run(tc.Name, func(t *testing.T) {
 			obj, err := Decode([]byte(tc.Input), schema.GroupVersionKind{})
 			if tc.Error != "" {

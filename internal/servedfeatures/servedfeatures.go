@@ -3,7 +3,8 @@
 // discovery and OpenAPI list them either way, and the version string says nothing about gates. So
 // the answers come from round trips: a ResourceClaimTemplate created with dryRun (nothing is
 // stored) and compared with what came back, or objects the product wrote read back from an
-// informer. Answers are cached; each fallback is logged once, when it is first found.
+// informer. Answers are cached, and Run asks again periodically so that a control-plane upgrade is
+// followed without a restart; each answer is logged once, when it is first found or changes.
 package servedfeatures
 
 import (
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/klog/v2"
@@ -84,6 +86,8 @@ type Detector struct {
 	ttl       time.Duration
 	errorTTL  time.Duration
 	clock     clock.PassiveClock
+	// classes, when set, lists the stored DeviceClasses for Refresh (ExtendedResources).
+	classes func() []*resourceapi.DeviceClass
 
 	inflight singleflight.Group
 	mu       sync.Mutex
@@ -108,8 +112,14 @@ func WithFallback(f Feature, what string) Option {
 }
 
 // WithTTL sets how long an answer is trusted before the API server is asked again (default
-// 10 minutes): gates change only when the API server restarts.
+// 10 minutes): gates change only when the API server restarts, and Run asks sooner.
 func WithTTL(ttl time.Duration) Option { return func(d *Detector) { d.ttl = ttl } }
+
+// WithStoredClasses gives Refresh the stored DeviceClasses (an informer's), so that it re-reads
+// ExtendedResources with the other features rather than only when a request asks.
+func WithStoredClasses(list func() []*resourceapi.DeviceClass) Option {
+	return func(d *Detector) { d.classes = list }
+}
 
 // WithClock replaces the real clock, for tests.
 func WithClock(c clock.PassiveClock) Option { return func(d *Detector) { d.clock = c } }
@@ -225,6 +235,40 @@ func (d *Detector) Warm(ctx context.Context) {
 	}
 }
 
+// probes are the features answered by a dry-run probe, with what asks each.
+func (d *Detector) probes() map[Feature]func(context.Context) (any, error) {
+	return map[Feature]func(context.Context) (any, error){
+		PrioritizedList:    d.probePrioritizedList,
+		AdminAccess:        d.probeAdminAccess,
+		ConsumableCapacity: d.probeConsumableCapacity,
+	}
+}
+
+// Refresh asks the API server again about every probed feature, whatever the cache holds, and
+// re-reads the stored classes (WithStoredClasses); a change is logged once. A failure keeps the
+// last answer while its TTL lasts.
+func (d *Detector) Refresh(ctx context.Context) {
+	for f, probe := range d.probes() {
+		if _, err := d.probe(ctx, f, probe); err != nil {
+			klog.FromContext(ctx).V(2).Info("Re-probing the API server's features failed", "feature", f, "err", err)
+		}
+	}
+	if d.classes != nil {
+		if classes := d.classes(); classes != nil {
+			d.ExtendedResources(ctx, classes)
+		}
+	}
+}
+
+// RefreshJitter spreads the re-probes of a fleet's webhooks: each waits interval times 1 to 1.2.
+const RefreshJitter = 0.2
+
+// Run calls Refresh every interval (jittered) until ctx ends, so that the features a
+// control-plane upgrade turns on are picked up within about interval, with or without requests.
+func (d *Detector) Run(ctx context.Context, interval time.Duration) {
+	wait.JitterUntilWithContext(ctx, d.Refresh, interval, RefreshJitter, false)
+}
+
 // cached returns the answer for f, probing at most once at a time. Errors are remembered briefly
 // so that an unreachable API server is not probed once per admission request; nothing computed
 // under a cancelled context is remembered.
@@ -235,6 +279,11 @@ func (d *Detector) cached(ctx context.Context, f Feature, probe func(context.Con
 	if ok && d.clock.Now().Before(a.expires) {
 		return a.value, a.err
 	}
+	return d.probe(ctx, f, probe)
+}
+
+// probe asks the API server about f and caches the answer, at most one probe of f at a time.
+func (d *Detector) probe(ctx context.Context, f Feature, probe func(context.Context) (any, error)) (any, error) {
 	v, err, _ := d.inflight.Do(string(f), func() (any, error) {
 		v, err := probe(ctx)
 		if ctx.Err() != nil {
@@ -245,8 +294,12 @@ func (d *Detector) cached(ctx context.Context, f Feature, probe func(context.Con
 			ttl = d.errorTTL
 		}
 		d.mu.Lock()
+		defer d.mu.Unlock()
+		// A failed Refresh does not replace an answer still within its TTL.
+		if prev, ok := d.answers[f]; err != nil && ok && prev.err == nil && d.clock.Now().Before(prev.expires) {
+			return prev.value, nil
+		}
 		d.answers[f] = answer{value: v, err: err, expires: d.clock.Now().Add(ttl)}
-		d.mu.Unlock()
 		return v, err
 	})
 	return v, err
@@ -260,18 +313,23 @@ func (d *Detector) report(ctx context.Context, f Feature, served bool, evidence 
 		state = "not served"
 	}
 	d.mu.Lock()
-	changed := d.logged[f] != state
+	before, seen := d.logged[f]
 	d.logged[f] = state
 	d.mu.Unlock()
-	if !changed {
+	if before == state {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	if served {
+	switch {
+	case served && seen:
+		logger.Info("The API server now serves a DRA feature", "feature", f)
+	case served:
 		logger.Info("The API server serves a DRA feature", "feature", f)
-		return
+	case seen:
+		logger.Info("The API server no longer serves a DRA feature; falling back", "feature", f, "evidence", evidence, "fallback", d.fallbacks[f])
+	default:
+		logger.Info("The API server does not serve a DRA feature; falling back", "feature", f, "evidence", evidence, "fallback", d.fallbacks[f])
 	}
-	logger.Info("The API server does not serve a DRA feature; falling back", "feature", f, "evidence", evidence, "fallback", d.fallbacks[f])
 }
 
 // probeTemplate is a template whose one request is valid only as long as the API server keeps the

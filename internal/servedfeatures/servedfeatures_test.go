@@ -150,7 +150,7 @@ func TestCacheExpiry(t *testing.T) {
 	if got, _ := d.PrioritizedList(ctx); !got {
 		t.Error("still not served after the TTL")
 	}
-	if !strings.Contains(logs.String(), "does not serve") || !strings.Contains(logs.String(), "The API server serves") {
+	if !strings.Contains(logs.String(), "does not serve") || !strings.Contains(logs.String(), "The API server now serves") {
 		t.Errorf("want the fallback and the change logged:\n%s", logs)
 	}
 }

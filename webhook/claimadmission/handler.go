@@ -40,7 +40,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if !resourceversion.Supported(gvk) {
 		return admission.Allowed("not a resource.k8s.io ResourceClaim or ResourceClaimTemplate")
 	}
-	obj, err := resourceversion.Decode(req.Object.Raw, gvk)
+	obj, err := resourceversion.DecodeJSON(req.Object.Raw, gvk)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err))
 	}

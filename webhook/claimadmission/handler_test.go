@@ -202,15 +202,7 @@ func TestUnsatisfiableOnEmptyCluster(t *testing.T) {
 	inv.Slices = nil
 	inv.Nodes = nil
 	h := &Handler{Validator: newValidator(t, inv)}
-	raw, err := os.ReadFile(filepath.Join(testdata, "valid", "seed-v1.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, _, err := unstructuredFor(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp := review(t, h, obj, admissionv1.Create)
+	resp := review(t, h, validObject(t, "seed-v1"), admissionv1.Create)
 	want := []string{"spec.spec.devices: nothing currently published can satisfy the claim: request example-claim: 1 wanted, no published device matches its class and selectors"}
 	if !resp.Allowed || !reflect.DeepEqual(resp.Warnings, want) {
 		t.Fatalf("allowed=%t warnings=%q, want %q", resp.Allowed, resp.Warnings, want)

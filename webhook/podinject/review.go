@@ -1,15 +1,12 @@
 package podinject
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -20,16 +17,12 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/gpu-dra/gpu-dra/webhook/reviewbody"
 )
 
 // maxReviewSize is controller-runtime's limit for an AdmissionReview body.
-const maxReviewSize = 7 << 20
-
-// bodyBuffers are the buffers reviews are read into; the decoded review shares no memory with
-// them. A buffer grown past maxPooledBody by a large review is left to the garbage collector.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-const maxPooledBody = 64 << 10
+const maxReviewSize = reviewbody.MaxSize
 
 // podReview is the part of an AdmissionReview the handler reads. The pod is decoded in the same
 // pass as the review: controller-runtime's admission.Webhook scans a pod four times (to find the
@@ -113,35 +106,21 @@ func readPodReview(r *http.Request) (*podReview, int32, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		return nil, http.StatusBadRequest, fmt.Errorf("Content-Type %q: an AdmissionReview must be sent as application/json", ct)
 	}
-	if r.Body == nil {
-		return nil, http.StatusBadRequest, errors.New("empty body: send an AdmissionReview")
-	}
-	defer r.Body.Close()
-	// Read as it arrives into a pooled buffer, never sized from Content-Length: a client that
-	// announces 7 MB and sends nothing must hold nothing. Pooling spares the growing and copying
-	// io.ReadAll would do for every review.
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			bodyBuffers.Put(buf)
+	var review *podReview
+	code, err := reviewbody.Read(r, func(body []byte) (int32, error) {
+		var err error
+		if review, err = decodeReview(body); err != nil {
+			var code int32
+			review, code, err = envelope(body, err)
+			return code, err
 		}
-	}()
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, maxReviewSize+1)); err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("read AdmissionReview: %w", err)
-	}
-	body := buf.Bytes()
-	if len(body) > maxReviewSize {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview larger than %d bytes", maxReviewSize)
-	}
-	review, err := decodeReview(body)
-	if err != nil {
-		return envelope(body, err)
-	}
-	if err := checkEnvelope(review.APIVersion, review.Kind, review.Request != nil); err != nil {
-		return nil, http.StatusBadRequest, err
-	}
-	return review, 0, nil
+		if err := checkEnvelope(review.APIVersion, review.Kind, review.Request != nil); err != nil {
+			review = nil
+			return http.StatusBadRequest, err
+		}
+		return 0, nil
+	})
+	return review, code, err
 }
 
 // decodeReview decodes with encoding/json/v2 (the module that mirrors it until Go 1.27), which

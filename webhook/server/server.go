@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -122,6 +123,9 @@ func Setup(mgr manager.Manager, o *Options) error {
 	return nil
 }
 
+// featureRefresh is how often the webhook asks the API server again what it serves.
+const featureRefresh = 30 * time.Second
+
 // handlers are the admission handlers and the informers and probes that feed them.
 type handlers struct {
 	informers *inventory.Informers
@@ -154,7 +158,8 @@ func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
 		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
 		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
-		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"))
+		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"),
+		servedfeatures.WithStoredClasses(h.informers.DeviceClasses))
 	h.validator = claimvalidation.New(o.DriverName, groups, o.Deny, h.informers, claimvalidation.WithServed(h.features), claimvalidation.WithClaims(h.claims))
 	h.cluster = &cluster{informers: h.informers, features: h.features, cs: cs, shared: h.validator}
 	h.templates = podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
@@ -184,6 +189,9 @@ func (h *handlers) run(ctx context.Context) {
 	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced) {
 		h.features.ExtendedResources(ctx, h.informers.DeviceClasses())
 	}
+	// A control-plane upgrade turns features on under the running webhook: ask again
+	// periodically, not only when a cached answer expires at a request.
+	go h.features.Run(ctx, featureRefresh)
 	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced, h.claims.HasSynced) {
 		// The initial lists are the process's peak (pages decoded next to what the caches
 		// keep): hand that back to the OS now rather than when the scavenger gets to it,
@@ -196,7 +204,7 @@ func (h *handlers) run(ctx context.Context) {
 // routes are the handlers by the path the webhook serves each at.
 func (h *handlers) routes() map[string]http.Handler {
 	return map[string]http.Handler{
-		ValidateClaimPath:              &admission.Webhook{Handler: &claimadmission.Handler{Validator: h.validator}},
+		ValidateClaimPath:              &claimadmission.Handler{Validator: h.validator},
 		claimadmission.AdminAccessPath: &admission.Webhook{Handler: &claimadmission.AdminAccessHandler{Support: h.cluster, Namespaces: h.cluster}},
 		podinject.Path:                 h.injector,
 	}

@@ -19,9 +19,25 @@ import (
 	"github.com/gpu-dra/gpu-dra/e2e/scale"
 )
 
+// intList parses comma-separated integers into *into.
+func intList(into *[]int) func(string) error {
+	return func(s string) error {
+		*into = nil
+		for f := range strings.SplitSeq(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return err
+			}
+			*into = append(*into, n)
+		}
+		return nil
+	}
+}
+
 func main() {
 	o := scale.Options{Nodes: []int{1, 100, 1000, 5000}, Rate: 200, HighRate: 1000, Duration: 10 * time.Second,
-		SchedNodes: 1000, SchedPods: 1000, Workers: 32, GOGC: "100", GOMemLimit: "off", WorkDir: "_output/scale"}
+		SchedNodes: 1000, SchedPods: 1000, Workers: 32, GOGC: "100", GOMemLimit: "off", WorkDir: "_output/scale",
+		Claims: 1, ClaimsRates: []int{1000, 2000}, ChurnRate: 100, ReviewDeadline: 100 * time.Millisecond}
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	klog.InitFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the control plane's kubeconfig")
@@ -36,23 +52,18 @@ func main() {
 	fs.StringVar(&o.GOGC, "webhook-gogc", o.GOGC, "GOGC of the webhook process")
 	fs.BoolVar(&o.PauseControllers, "pause-controllers", true, "stop the controller-manager and the scheduler (SIGSTOP) during the loads sent straight to the webhook, whose latency they would share two CPUs with")
 	fs.StringVar(&o.GOMemLimit, "webhook-gomemlimit", o.GOMemLimit, "GOMEMLIMIT of the webhook process (the chart sets its memory limit, 256MiB by default)")
-	fs.Func("nodes", "comma-separated fleet sizes, ascending (default 1,100,1000,5000)", func(s string) error {
-		o.Nodes = nil
-		for f := range strings.SplitSeq(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return err
-			}
-			o.Nodes = append(o.Nodes, n)
-		}
-		return nil
-	})
+	fs.Func("nodes", "comma-separated fleet sizes, ascending (default 1,100,1000,5000)", intList(&o.Nodes))
 	fs.IntVar(&o.Rate, "rate", o.Rate, "template and pod reviews per second in every phase")
 	fs.IntVar(&o.HighRate, "high-rate", o.HighRate, "template reviews per second at the smallest and largest fleet (0: skip)")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "length of each load")
 	fs.IntVar(&o.SchedNodes, "sched-nodes", o.SchedNodes, "fleet size (one of --nodes) whose nodes kwok runs and at which --sched-pods pods are placed")
 	fs.IntVar(&o.SchedPods, "sched-pods", o.SchedPods, "annotated pods created at --rate in the scheduling phase (0: skip)")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "nodes created and published at once")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "nodes created and published, claims written, at once")
+	fs.Float64Var(&o.Claims, "claims", o.Claims, "fraction of the largest fleet's GPUs held by allocated claims, one GPU each, while the claims loads run (0: skip)")
+	fs.Func("claims-rates", "comma-separated rates of template and pod reviews straight to the webhook at the largest fleet, with the claims held and against --upstream-webhook (default 1000,2000)", intList(&o.ClaimsRates))
+	fs.IntVar(&o.ChurnRate, "claims-churn", o.ChurnRate, "allocations changed per second while template reviews run at the first claims rate (0: skip)")
+	fs.DurationVar(&o.ReviewDeadline, "review-deadline", o.ReviewDeadline, "what a template review should stay within while the claims change")
+	fs.StringVar(&o.Upstream, "upstream-webhook", "", "dra-example-webhook binary (kubernetes-sigs/dra-example-driver) compared with ours at the largest fleet (empty: skip)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

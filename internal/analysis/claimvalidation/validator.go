@@ -89,6 +89,11 @@ func (v *Validator) Invalidate() {
 	if v.view != nil {
 		v.view.Invalidate()
 	}
+	if v.held != nil {
+		// The fleet of current allocations is of the published devices too: have it rebuilt
+		// now rather than by the next review.
+		v.held.Invalidate()
+	}
 }
 
 // InvalidateClaims says that what the claims of WithClaims list has changed.

@@ -147,14 +147,15 @@ func Diagnose(ctx context.Context, v *feasibility.View, namespace string, spec *
 	if err != nil {
 		return nil, err
 	}
-	diag, err := newDiagnoser(ctx, v, s, namespace, spec, fl).run(ctx)
+	diag, err := newDiagnoser(ctx, v, s, namespace, spec, fl, fleetIndex(s, fl)).run(ctx)
 	if err != nil || diag.Allocatable || !waitsForOthers(diag) {
 		return diag, err
 	}
 	// Devices held by others hide what would stop the claim once they are free: ask again with
 	// every device free, and add what the claim itself cannot do (its constraints, requests that
 	// only fit one by one), so nobody waits for nothing.
-	free, err := newDiagnoser(ctx, v, s, namespace, spec, deviceusage.Build(deviceusage.Input{Slices: fl.Slices, BusyPoolsOnly: true})).run(ctx)
+	freeFleet := deviceusage.Build(deviceusage.Input{Slices: fl.Slices, BusyPoolsOnly: true})
+	free, err := newDiagnoser(ctx, v, s, namespace, spec, freeFleet, fleetIndex(s, freeFleet)).run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +168,14 @@ func Diagnose(ctx context.Context, v *feasibility.View, namespace string, spec *
 	return diag, nil
 }
 
-func newDiagnoser(ctx context.Context, v *feasibility.View, s *feasibility.Snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet) *diagnoser {
-	d := &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: make(map[int]*deviceusage.Device, len(fl.Devices)), features: v.Features(ctx, s)}
+func newDiagnoser(ctx context.Context, v *feasibility.View, s *feasibility.Snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet, devices map[int]*deviceusage.Device) *diagnoser {
+	return &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: devices, features: v.Features(ctx, s)}
+}
+
+// fleetIndex maps the snapshot index of each device of fl to it. It depends on s and fl only:
+// Held builds it with the fleet, once for every question about them.
+func fleetIndex(s *feasibility.Snapshot, fl *deviceusage.Fleet) map[int]*deviceusage.Device {
+	devices := make(map[int]*deviceusage.Device, len(fl.Devices))
 	// A fleet of busy pools is small and the view large: look each fleet device up among its
 	// node's devices, and only those local to no known node among all.
 	var elsewhere map[structured.DeviceID]*deviceusage.Device
@@ -183,18 +190,18 @@ func newDiagnoser(ctx context.Context, v *feasibility.View, s *feasibility.Snaps
 		}
 		for _, di := range s.NodeDevices(n) {
 			if s.DeviceIs(di, dev.Driver, dev.Pool, dev.Name) {
-				d.devices[di] = dev
+				devices[di] = dev
 			}
 		}
 	}
 	if len(elsewhere) > 0 {
 		for i := range s.NumDevices() {
 			if dev := elsewhere[s.DeviceID(i)]; dev != nil {
-				d.devices[i] = dev
+				devices[i] = dev
 			}
 		}
 	}
-	return d
+	return devices
 }
 
 func (d *diagnoser) run(ctx context.Context) (*Diagnosis, error) {

@@ -6,26 +6,40 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/lru"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
-	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
-// heldCacheSize bounds the HeldNow answers remembered per state of the claims.
-const heldCacheSize = 256
+// Held judges claims against what the current allocations leave free: the diagnosis, run within
+// the view's time budget on a fleet of the view's published state and the listed claims, and
+// cached per such fleet. The fleet is rebuilt in the background (see held_state.go), never by a
+// review: a review reads the last one built and waits for a newer one only within its deadline.
+// It is safe for concurrent use.
+type Held struct {
+	view   *feasibility.View
+	claims ClaimLister
+	// interval is the least time between the starts of two rebuilds: the events of a burst of
+	// claim changes are coalesced into one. A rebuild that took long makes the next wait longer
+	// (rebuildShare).
+	interval time.Duration
 
-// heldState is the fleet of one snapshot and one generation of claims, with the answers found
-// against it.
-type heldState struct {
-	snapshot *feasibility.Snapshot
-	claims   uint64
-	fleet    *deviceusage.Fleet
-	answers  *lru.Cache
+	// state is the last fleet built, read by reviews without a lock.
+	state atomic.Pointer[heldState]
+
+	mu sync.Mutex
+	// running: a rebuild goroutine is on its way; again: something changed since it started.
+	running, again bool
+	// notBefore is when the next rebuild may start.
+	notBefore time.Time
+	// published is closed, and replaced, each time a rebuild ends: reviews waiting for a fleet
+	// of their snapshot look again.
+	published chan struct{}
+	// failed is why the last rebuild built nothing (the claims not listed yet), or nil.
+	failed error
 }
 
 // ClaimLister reads the cluster's ResourceClaims, of which only the metadata and
@@ -34,35 +48,36 @@ type ClaimLister interface {
 	Claims() ([]*resourceapi.ResourceClaim, error)
 }
 
-// Held judges claims against what the current allocations leave free: the diagnosis, run within
-// the view's time budget on the fleet of the view's published state and the listed claims, and
-// cached per change of either. It is safe for concurrent use.
-type Held struct {
-	view   *feasibility.View
-	claims ClaimLister
+// HeldOption configures a Held.
+type HeldOption func(*Held)
 
-	// generation moves on with every change of what claims lists; state is the fleet of one
-	// snapshot and one generation of claims.
-	generation atomic.Uint64
-	mu         sync.Mutex
-	state      *heldState
-}
+// WithRebuildInterval sets the least time between the starts of two rebuilds of the fleet
+// (default DefaultRebuildInterval): a rebuild reads every claim and device, and with claims
+// changing all the time the interval is how stale the held-now warning may be.
+func WithRebuildInterval(d time.Duration) HeldOption { return func(h *Held) { h.interval = d } }
 
-// NewHeld judges against the allocations of the claims claims lists; call Invalidate when that
-// changes.
-func NewHeld(view *feasibility.View, claims ClaimLister) *Held {
-	h := &Held{view: view, claims: claims}
-	h.generation.Store(1)
+// DefaultRebuildInterval: at 40,000 claims a rebuild takes a quarter of a second of one CPU.
+const DefaultRebuildInterval = time.Second
+
+// NewHeld judges against the allocations of the claims claims lists; call Invalidate when that,
+// or the view's published state, changes.
+func NewHeld(view *feasibility.View, claims ClaimLister, opts ...HeldOption) *Held {
+	h := &Held{view: view, claims: claims, interval: DefaultRebuildInterval}
+	for _, o := range opts {
+		o(h)
+	}
 	return h
 }
 
-// Invalidate says that what the ClaimLister lists has changed.
-func (h *Held) Invalidate() { h.generation.Add(1) }
+// Invalidate says that what the ClaimLister lists, or the view's published state, has changed:
+// a rebuild starts in the background, coalesced with any other change of the same burst.
+func (h *Held) Invalidate() { h.kick() }
 
 // HeldNow tells, for a claim spec that the view's Unsatisfiable found the published devices can
 // satisfy, whether the current allocations leave it devices: "" when they do (or when that is
 // unknown), else which devices stand in its way and who holds them. It is a reason to warn, never
-// to deny: a claim may wait for devices.
+// to deny: a claim may wait for devices. It answers within the view's timeout: when no fleet of
+// the current published state is built by then, it answers "".
 func (h *Held) HeldNow(ctx context.Context, namespace string, spec *resourceapi.ResourceClaimSpec) (string, error) {
 	if len(spec.Devices.Requests) == 0 || feasibility.WellFormed(spec) != nil {
 		return "", nil
@@ -71,9 +86,15 @@ func (h *Held) HeldNow(ctx context.Context, namespace string, spec *resourceapi.
 	if err != nil {
 		return "", err
 	}
-	st, err := h.stateOf(s)
+	ctx, cancel := context.WithTimeout(ctx, h.view.Timeout())
+	defer cancel()
+	st, err := h.stateOf(ctx, s)
 	if err != nil {
 		return "", err
+	}
+	if st == nil {
+		klog.FromContext(ctx).V(2).Info("Current allocations not indexed in time; no current-allocation check")
+		return "", nil
 	}
 	key := feasibility.QuestionKey(namespace, h.view.Features(ctx, s), spec)
 	if key != nil {
@@ -81,9 +102,7 @@ func (h *Held) HeldNow(ctx context.Context, namespace string, spec *resourceapi.
 			return msg.(string), nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.view.Timeout())
-	defer cancel()
-	diag, err := newDiagnoser(ctx, h.view, s, namespace, spec, st.fleet).run(ctx)
+	diag, err := newDiagnoser(ctx, h.view, s, namespace, spec, st.fleet, st.devices).run(ctx)
 	if err != nil || ctx.Err() != nil {
 		// Interrupted: no answer, and nothing remembered.
 		klog.FromContext(ctx).V(2).Info("Current-allocation check ran out of time; no warning", "err", err)
@@ -97,32 +116,6 @@ func (h *Held) HeldNow(ctx context.Context, namespace string, spec *resourceapi.
 		st.answers.Add(*key, msg)
 	}
 	return msg, nil
-}
-
-// stateOf returns the fleet of s and the current claims, built once per change of either.
-func (h *Held) stateOf(s *feasibility.Snapshot) (*heldState, error) {
-	gen := h.generation.Load()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if st := h.state; st != nil && st.snapshot == s && st.claims == gen {
-		return st, nil
-	}
-	claims, err := h.claims.Claims()
-	if err != nil {
-		return nil, fmt.Errorf("list claims: %w", err)
-	}
-	// The held check reads of the fleet each device's use, capacity, counters and taints, never
-	// its attributes (the allocator runs on the slices as published): the slices as kept serve,
-	// without building an attribute map for every device of the cluster. Only the busy pools'
-	// devices are kept: a free one is no obstacle.
-	kept := make([]*resourceapi.ResourceSlice, len(s.Slices()))
-	for i, sl := range s.Slices() {
-		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
-	}
-	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Claims: claims, BusyPoolsOnly: true})
-	st := &heldState{snapshot: s, claims: gen, fleet: fl, answers: lru.New(heldCacheSize)}
-	h.state = st
-	return st, nil
 }
 
 // undecided: the allocator could not give an answer (it failed, or had no time for every node).

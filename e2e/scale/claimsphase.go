@@ -1,0 +1,235 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// claimsResult is the largest fleet with the held claims in place.
+type claimsResult struct {
+	Claims, Devices int
+	Written         time.Duration
+	// Mem is the registered webhook once it took the claims in; Fresh one started with them
+	// (the run's GOGC and GOMEMLIMIT), Restart one started with them as the chart runs it (its
+	// GOGC, GOMEMLIMIT at its memory limit), whose peak is what the limit must allow.
+	Mem, Fresh, Restart memory
+	Limit               int64
+	// Templates and Pods are the loads straight to the webhook at each of ClaimsRates, against
+	// the baseline's.
+	Templates, Pods []*comparison
+	Churn           *churnResult
+	Status, Why     time.Duration
+}
+
+// churnResult is template reviews straight to the webhook while the claims' allocations change.
+type churnResult struct {
+	Changes, Reviews *result
+	Deadline         time.Duration
+	// Over is how many reviews took longer than Deadline.
+	Over int
+}
+
+// controllerManager is the user the held claims are written as. The webhook's configurations
+// leave out claims that the controller-manager creates (the ones generated from templates, most
+// of a real fleet's), so like those the held claims are not reviewed on their way in: a review
+// of each of 40,000 creates would measure the writing, not the fleet. The admin may impersonate;
+// system:masters keeps the admin's rights.
+var controllerManager = rest.ImpersonationConfig{UserName: "system:kube-controller-manager", Groups: []string{"system:masters", "system:authenticated"}}
+
+// claimsLoads writes the held claims into the largest fleet and measures with them in place.
+func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) {
+	devices, err := listDevices(ctx, r.cs, r.inv.driver)
+	if err != nil {
+		return nil, err
+	}
+	cr := &claimsResult{Devices: len(devices), Limit: r.ch.memoryLimit}
+	if cr.Claims, err = claimsFor(r.o.Claims, len(devices)); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(r.cfg)
+	cfg.Impersonate = controllerManager
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h := &holder{cs: cs, driver: r.inv.driver, class: r.ch.classes[0].Name, workers: r.o.Workers, devices: spread(devices), claims: cr.Claims}
+	start := time.Now()
+	if err := h.write(ctx); err != nil {
+		return nil, err
+	}
+	cr.Written = time.Since(start)
+	time.Sleep(5 * time.Second) // the webhook's informer takes the last claims in
+	if cr.Mem, err = r.w.memory(); err != nil {
+		return nil, err
+	}
+	if cr.Fresh, err = restartedMemory(ctx, r.ch, r.o); err != nil {
+		return nil, err
+	}
+	asChart := r.o
+	asChart.GOGC, asChart.GOMemLimit = r.ch.gogc, strconv.FormatInt(r.ch.memoryLimit, 10)
+	if r.ch.gogc == "" || r.ch.memoryLimit == 0 {
+		asChart.GOGC, asChart.GOMemLimit = r.o.GOGC, r.o.GOMemLimit
+	}
+	if cr.Restart, err = restartedMemory(ctx, r.ch, asChart); err != nil {
+		return nil, err
+	}
+	if err := r.claimsDirect(ctx, n, cr, h); err != nil {
+		return nil, err
+	}
+	if cr.Status, err = timeKubectlDra(ctx, r.o, "status"); err != nil {
+		return nil, err
+	}
+	pod, err := r.pendingPod(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cr.Why, err = timeKubectlDra(ctx, r.o, "why", "pod/"+pod, "-n", loadNamespace); err != nil {
+		return nil, err
+	}
+	r.logger.Info("Claims phase done", "nodes", n, "claims", cr.Claims, "rssMiB", mib(cr.Mem.RSS), "restartPeakMiB", mib(cr.Restart.HWM), "status", cr.Status, "why", cr.Why)
+	return cr, nil
+}
+
+// claimsDirect runs the loads straight to the webhook with the claims in place, with the
+// controllers paused if asked: templates and pods at every claims rate against the baseline,
+// then templates while the claims churn.
+func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *holder) error {
+	if r.o.PauseControllers {
+		defer pauseControllers(r.logger)()
+	}
+	for _, rate := range r.o.ClaimsRates {
+		cr.Templates = append(cr.Templates, r.againstBaseline(ctx, n, "template reviews to the webhook, claims held", rate, r.templates, r.base.templates))
+		cr.Pods = append(cr.Pods, r.againstBaseline(ctx, n, "pod reviews to the webhook, claims held", rate, r.pods, r.base.pods))
+	}
+	if r.o.ChurnRate == 0 || cr.Claims == 0 {
+		return nil
+	}
+	rate := r.o.ClaimsRates[0]
+	changes := int(r.o.Duration.Seconds() * float64(r.o.ChurnRate))
+	var changed *result
+	var restoreErr error
+	done := make(chan struct{})
+	go func() { defer close(done); changed, restoreErr = h.churn(ctx, r.o.ChurnRate, changes) }()
+	reviews := sampled(r.w.pid(), func() *result {
+		return drive(ctx, "template reviews to the webhook, claims changing", rate, int(r.o.Duration.Seconds()*float64(rate)), r.templates.review)
+	})
+	<-done
+	cr.Churn = &churnResult{Changes: changed, Reviews: reviews, Deadline: r.o.ReviewDeadline, Over: over(reviews.Lat, r.o.ReviewDeadline)}
+	r.logger.Info("Claims churn", "nodes", n, "changes", changed.String(), "reviews", reviews.String(), "overDeadline", cr.Churn.Over, "restoreErr", restoreErr)
+	return restoreErr
+}
+
+// over counts the latencies above d.
+func over(lat []time.Duration, d time.Duration) int {
+	n := 0
+	for _, l := range lat {
+		if l > d {
+			n++
+		}
+	}
+	return n
+}
+
+// whyPod is the pending pod kubectl dra why is timed on.
+const whyPod = "scale-why"
+
+// pendingPod creates a claim for all GPUs of one node and a pod using it. Once there are as many
+// held claims as nodes (spread), every node has a GPU held: the claim cannot be satisfied now,
+// the pod stays Pending, and why has to read every claim to say who holds what.
+func (r *runner) pendingPod(ctx context.Context) (string, error) {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: whyPod, Namespace: loadNamespace},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name:    heldRequest,
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: r.ch.classes[0].Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 8},
+		}}}},
+	}
+	if _, err := r.cs.ResourceV1().ResourceClaims(loadNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create ResourceClaim %s/%s: %w", loadNamespace, whyPod, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: whyPod, Namespace: loadNamespace},
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}}}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: &claim.Name}},
+		},
+	}
+	if _, err := r.cs.CoreV1().Pods(loadNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create pod %s/%s: %w", loadNamespace, whyPod, err)
+	}
+	return whyPod, nil
+}
+
+// timeKubectlDra runs `kubectl dra ARGS...` once and returns how long the whole command took. Its
+// output is kept in o.WorkDir (kubectl-dra-ARGS.txt), to see what it answered.
+func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Duration, error) {
+	if o.KubectlDra == "" {
+		return 0, nil
+	}
+	cmd := exec.CommandContext(ctx, o.KubectlDra, append(args, "--kubeconfig", o.Kubeconfig)...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	d := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
+	}
+	name := "kubectl-dra-" + strings.NewReplacer("/", "-", " ", "-").Replace(strings.Join(args, " ")) + ".txt"
+	return d, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
+}
+
+// upstreamResult is our webhook against the upstream example webhook at the largest fleet,
+// before any claim is held: template reviews at each of ClaimsRates, and the RSS of both after.
+type upstreamResult struct {
+	Templates   []*comparison
+	Ours, Fresh memory
+	// Theirs is the upstream webhook's after the loads, TheirsIdle once it answered /readyz.
+	Theirs, TheirsIdle memory
+}
+
+// upstreamLoads starts the upstream example webhook and sends it the template reviews ours gets,
+// interleaved, at every claims rate.
+func (r *runner) upstreamLoads(ctx context.Context, n int, fresh memory) (*upstreamResult, error) {
+	u, err := startUpstream(ctx, r.o.Upstream, r.inv.driver, filepath.Join(r.o.WorkDir, "upstream"))
+	if err != nil {
+		return nil, err
+	}
+	defer u.stop()
+	rv, err := newReviewer(u.webhook, upstreamPath+timeoutQuery(r.ch.validating.Webhooks[0].TimeoutSeconds), r.l.templateObjects())
+	if err != nil {
+		return nil, err
+	}
+	ur := &upstreamResult{Fresh: fresh}
+	if ur.TheirsIdle, err = u.memory(); err != nil {
+		return nil, err
+	}
+	func() {
+		if r.o.PauseControllers {
+			defer pauseControllers(r.logger)()
+		}
+		for _, rate := range r.o.ClaimsRates {
+			count := int(r.o.Duration.Seconds() * float64(rate))
+			ur.Templates = append(ur.Templates, r.repeated(ctx, n, "template reviews to the webhook", rate, count,
+				target{r.templates.review, r.w.pid()}, target{rv.review, u.pid()}, upstreamLabel))
+		}
+	}()
+	if ur.Ours, err = r.w.memory(); err != nil {
+		return nil, err
+	}
+	if ur.Theirs, err = u.memory(); err != nil {
+		return nil, err
+	}
+	r.logger.Info("Upstream comparison done", "nodes", n, "rssMiB", mib(ur.Ours.RSS), "upstreamRssMiB", mib(ur.Theirs.RSS))
+	return ur, nil
+}

@@ -1,0 +1,126 @@
+package diagnosis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/lru"
+
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
+)
+
+// heldCacheSize bounds the HeldNow answers remembered per fleet.
+const heldCacheSize = 256
+
+// heldState is the fleet of one snapshot and the claims listed then, with its index by the
+// snapshot's devices and the answers found against it. Immutable once published, but for the
+// answers (an lru.Cache is safe for concurrent use).
+type heldState struct {
+	snapshot *feasibility.Snapshot
+	fleet    *deviceusage.Fleet
+	devices  map[int]*deviceusage.Device
+	answers  *lru.Cache
+}
+
+// stateOf returns the last fleet built if it is of s, however many claims changed since: the
+// next one is on its way (Invalidate started it) and the warning is advisory. Otherwise it has a
+// fleet of s built and waits for it until ctx ends, and then returns nil.
+func (h *Held) stateOf(ctx context.Context, s *feasibility.Snapshot) (*heldState, error) {
+	for {
+		if st := h.state.Load(); st != nil && st.snapshot == s {
+			return st, nil
+		}
+		published := h.kick()
+		select {
+		case <-published:
+		case <-ctx.Done():
+			return nil, nil
+		}
+		h.mu.Lock()
+		failed := h.failed
+		h.mu.Unlock()
+		if st := h.state.Load(); (st == nil || st.snapshot != s) && failed != nil {
+			return nil, failed
+		}
+	}
+}
+
+// kick makes sure a rebuild is on its way and returns the channel closed when it ends. A rebuild
+// already running is done again after it, once, however many changes came meanwhile.
+func (h *Held) kick() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.published == nil {
+		h.published = make(chan struct{})
+	}
+	if h.running {
+		h.again = true
+	} else {
+		h.running = true
+		go h.rebuild(time.Until(h.notBefore))
+	}
+	return h.published
+}
+
+// rebuildShare: rebuilds one after the other take at most 1/rebuildShare of one CPU, however
+// large the fleet and however often claims change.
+const rebuildShare = 5
+
+// rebuild builds fleets until nothing changed during the last build, each starting at least the
+// interval, and rebuildShare times the last build's duration, after the previous one did: the
+// waits coalesce a burst of changes into one build.
+func (h *Held) rebuild(delay time.Duration) {
+	for {
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		start := time.Now()
+		h.mu.Lock()
+		h.again = false
+		h.mu.Unlock()
+		st, err := h.build()
+		h.mu.Lock()
+		h.notBefore = start.Add(max(h.interval, rebuildShare*time.Since(start)))
+		if err == nil {
+			h.state.Store(st)
+		}
+		h.failed = err
+		if h.published != nil {
+			close(h.published)
+			h.published = nil
+		}
+		if !h.again {
+			h.running = false
+			h.mu.Unlock()
+			return
+		}
+		delay = time.Until(h.notBefore)
+		h.mu.Unlock()
+	}
+}
+
+// build indexes the current claims' allocations on the view's current published state.
+func (h *Held) build() (*heldState, error) {
+	s, err := h.view.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	claims, err := h.claims.Claims()
+	if err != nil {
+		return nil, fmt.Errorf("list claims: %w", err)
+	}
+	// The held check reads of the fleet each device's use, capacity, counters and taints, never
+	// its attributes (the allocator runs on the slices as published): the slices as kept serve,
+	// without building an attribute map for every device of the cluster. Only the busy pools'
+	// devices are kept: a free one is no obstacle.
+	kept := make([]*resourceapi.ResourceSlice, len(s.Slices()))
+	for i, sl := range s.Slices() {
+		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
+	}
+	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Claims: claims, BusyPoolsOnly: true})
+	return &heldState{snapshot: s, fleet: fl, devices: fleetIndex(s, fl), answers: lru.New(heldCacheSize)}, nil
+}

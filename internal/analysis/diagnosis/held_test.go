@@ -1,0 +1,78 @@
+package diagnosis
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
+	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
+)
+
+// countedClaims counts the listings of a liveClaims: one per rebuild.
+type countedClaims struct {
+	*liveClaims
+	lists atomic.Int64
+}
+
+func (c *countedClaims) Claims() ([]*resourceapi.ResourceClaim, error) {
+	c.lists.Add(1)
+	return c.liveClaims.Claims()
+}
+
+// TestHeldRebuildsCoalesced: a burst of claim changes, each followed by a review, is one rebuild
+// at most, not one per change; the reviews meanwhile answer from the last fleet built; once the
+// next rebuild may start, the answer follows the claims.
+func TestHeldRebuildsCoalesced(t *testing.T) {
+	st := &inventory.Objects{Classes: feasibilitytest.Classes(), Nodes: []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "node-0000"}}},
+		Slices: []*resourceapi.ResourceSlice{feasibilitytest.GPUSlice("node-0000", 2, feasibilitytest.Fixed("LATEST-GPU-MODEL"), "80Gi")}}
+	claims := &countedClaims{liveClaims: &liveClaims{byName: map[string]*resourceapi.ResourceClaim{}}}
+	for g := range 2 {
+		c := heldClaim("node-0000", g)
+		claims.byName[c.Name] = c
+	}
+	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()), feasibility.WithTimeout(time.Minute))
+	const interval = 5 * time.Second
+	held := NewHeld(view, claims, WithRebuildInterval(interval))
+	spec := gpuSpec(t, 1)
+	if msg := heldNowOrHang(t, held, "default", spec); msg == "" {
+		t.Fatal("both GPUs held, no warning")
+	}
+	start := time.Now()
+	const changes = 200
+	for i := range changes {
+		claims.mu.Lock()
+		if i%2 == 0 {
+			delete(claims.byName, "node-0000-0")
+		} else {
+			c := heldClaim("node-0000", 0)
+			claims.byName[c.Name] = c
+		}
+		claims.mu.Unlock()
+		held.Invalidate()
+		if msg := heldNowOrHang(t, held, "default", spec); msg == "" && time.Since(start) < interval {
+			t.Fatalf("change %d: no warning before the next rebuild could start", i)
+		}
+	}
+	if n := claims.lists.Load(); time.Since(start) < interval && n != 1 {
+		t.Errorf("%d listings of the claims for %d changes within the rebuild interval, want the first build's alone", n, changes)
+	}
+	claims.mu.Lock()
+	delete(claims.byName, "node-0000-0")
+	claims.mu.Unlock()
+	held.Invalidate()
+	deadline := time.Now().Add(time.Minute)
+	for heldNowOrHang(t, held, "default", spec) != "" {
+		if time.Now().After(deadline) {
+			t.Fatal("a GPU freed a minute ago, still warned about")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
