@@ -57,8 +57,10 @@ deps: ## install Debian packages and Go tools that tests and the demo need
 envtest-assets: ## a real kube-apiserver + etcd + kubectl for integration tests
 	@e2e/cluster/envtest-assets.sh >/dev/null
 
-envtest-releases: ## kube-apiserver + etcd of ENVTEST_RELEASES too, for tests that run on several releases
-	@for v in $(ENVTEST_RELEASES); do K8S_VERSION=$$v K8S_BINARIES=kube-apiserver e2e/cluster/envtest-assets.sh >/dev/null; done
+envtest-releases: ## kube-apiserver + etcd of ENVTEST_RELEASES too, for tests that run on several releases (and the newest's kube-controller-manager, for its storage-version migrator)
+	@for v in $(ENVTEST_RELEASES); do bins=kube-apiserver; \
+	  if [ $$v = $(NEWEST_K8S_VERSION) ]; then bins="kube-apiserver kube-controller-manager"; fi; \
+	  K8S_VERSION=$$v K8S_BINARIES="$$bins" e2e/cluster/envtest-assets.sh >/dev/null; done
 
 unit: ## unit tests (+ integration tests when `make envtest-assets` has run; they skip loudly otherwise)
 	@if [ -x $(ENVTEST_ASSETS)/kube-apiserver ]; then export KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS); fi; \

@@ -40,6 +40,7 @@ type options struct {
 	runtimeConfig string
 	featureGates  string
 	webhooks      envtest.WebhookInstallOptions
+	etcdDataDir   string
 }
 
 // Option configures the server.
@@ -58,11 +59,17 @@ func WithFeatureGates(fg string) Option { return func(o *options) { o.featureGat
 // serving certificate; read LocalServingCertDir/Host/Port from Server.Env.WebhookInstallOptions).
 func WithWebhooks(w envtest.WebhookInstallOptions) Option { return func(o *options) { o.webhooks = w } }
 
+// WithEtcdDataDir keeps etcd's data in dir, which outlives the server: a server started later on
+// the same dir finds what this one stored, as after a control-plane upgrade.
+func WithEtcdDataDir(dir string) Option { return func(o *options) { o.etcdDataDir = dir } }
+
 // Server is a running control plane.
 type Server struct {
 	Env       *envtest.Environment
 	Config    *rest.Config
 	Clientset kubernetes.Interface
+
+	stop sync.Once
 }
 
 // AssetsDir returns the binaries' directory. Without it a test skips loudly, except in CI (CI=true),
@@ -83,12 +90,7 @@ func ReleaseAssetsDir(t testing.TB, release string) string {
 	t.Helper()
 	root := os.Getenv(ReleasesEnv)
 	if root == "" {
-		cache := os.Getenv("GPU_DRA_CACHE")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "gpu-dra")
-		}
-		root = filepath.Join(cache, "envtest")
+		root = filepath.Join(cacheDir(), "envtest")
 	}
 	dir := filepath.Join(root, "v"+release)
 	if !hasBinaries(dir) {
@@ -96,6 +98,34 @@ func ReleaseAssetsDir(t testing.TB, release string) string {
 			"`K8S_VERSION="+release+" K8S_BINARIES=kube-apiserver e2e/cluster/envtest-assets.sh`; "+ReleasesEnv+" moves the root)")
 	}
 	return dir
+}
+
+// ReleaseBinary returns a binary of one Kubernetes release that envtest does without, e.g.
+// kube-controller-manager: from the release's assets directory, else from the local cluster's
+// build ($GPU_DRA_CACHE/k8s/v<release>/bin). A missing binary skips loudly, or fails in CI.
+func ReleaseBinary(t testing.TB, release, name string) string {
+	t.Helper()
+	candidates := []string{
+		filepath.Join(ReleaseAssetsDir(t, release), name),
+		filepath.Join(cacheDir(), "k8s", "v"+release, "bin", name),
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c
+		}
+	}
+	missing(t, "needs "+name+" of Kubernetes "+release+" in "+candidates[0]+" or "+candidates[1]+
+		" (`K8S_BINARIES=\"kube-apiserver "+name+"\" K8S_VERSION="+release+" e2e/cluster/envtest-assets.sh`)")
+	return ""
+}
+
+// cacheDir is the harness cache: $GPU_DRA_CACHE, else ~/.cache/gpu-dra.
+func cacheDir() string {
+	if cache := os.Getenv("GPU_DRA_CACHE"); cache != "" {
+		return cache
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "gpu-dra")
 }
 
 func hasBinaries(dir string) bool {
@@ -151,10 +181,15 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if o.assetsDir == "" {
 		o.assetsDir = AssetsDir(t)
 	}
+	// The binaries' paths are set, not left to BinaryAssetsDirectory: envtest prefers
+	// $KUBEBUILDER_ASSETS to it, which would run the default release where a test asked for another.
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: o.assetsDir,
 		WebhookInstallOptions: o.webhooks,
-		ControlPlane:          envtest.ControlPlane{APIServer: &envtest.APIServer{}},
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{Path: filepath.Join(o.assetsDir, "kube-apiserver")},
+			Etcd:      &envtest.Etcd{Path: filepath.Join(o.assetsDir, "etcd"), DataDir: o.etcdDataDir},
+		},
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	if o.runtimeConfig != "" {
@@ -167,16 +202,30 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if err != nil {
 		t.Fatalf("start kube-apiserver (runtime-config %q): %v", o.runtimeConfig, err)
 	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop kube-apiserver: %v", err)
-		}
-	})
+	s := &Server{Env: env, Config: cfg}
+	t.Cleanup(func() { s.Stop(t) })
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatalf("clientset: %v", err)
 	}
-	return &Server{Env: env, Config: cfg, Clientset: cs}
+	s.Clientset = cs
+	return s
+}
+
+// Stop stops kube-apiserver and etcd before the test ends, e.g. to start another release on the
+// same WithEtcdDataDir; stopping twice is harmless.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.stop.Do(func() {
+		if err := s.Env.Stop(); err != nil {
+			t.Logf("stop kube-apiserver: %v", err)
+		}
+	})
+}
+
+// EtcdEndpoint is the URL of the server's etcd, for tests that read what the API server stored.
+func (s *Server) EtcdEndpoint() string {
+	return s.Env.ControlPlane.Etcd.URL.String()
 }
 
 // ServedResourceVersions lists the resource.k8s.io versions the server serves, newest first.

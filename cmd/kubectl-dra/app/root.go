@@ -1,7 +1,8 @@
 // Package app implements the `kubectl dra` commands: upgrade (rewrite resource.k8s.io manifests
 // for another API version), validate (the webhook's claim checks, without admission), status
-// (every GPU and who holds it), why (what keeps a claim from its devices) and fault (simulated
-// GPU faults: set, clear, list).
+// (every GPU and who holds it), why (what keeps a claim from its devices), fault (simulated
+// GPU faults: set, clear, list), preflight (what a control-plane upgrade would break) and migrate
+// (store every resource.k8s.io object again in the API server's storage version).
 package app
 
 import (
@@ -58,7 +59,9 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
   status    show every GPU: model, memory, health, and the claim and pod holding it
   why       explain why a pod or ResourceClaim gets no devices
   fault     inject, clear or list simulated GPU faults
-  preflight tell whether upgrading the control plane to a Kubernetes release breaks DRA`,
+  preflight tell whether upgrading the control plane to a Kubernetes release breaks DRA
+  migrate   store every resource.k8s.io object again in the API server's storage version,
+            before an upgrade to a release that no longer reads older versions`,
 		SilenceUsage: true,
 		Annotations: map[string]string{
 			cobra.CommandDisplayNameAnnotation: "kubectl dra",
@@ -75,7 +78,8 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(logFlags)
 	root.PersistentFlags().AddGoFlag(logFlags.Lookup("v"))
-	root.AddCommand(newUpgradeCommand(streams, flags), newValidateCommand(streams, flags), newStatusCommand(streams, flags), newWhyCommand(streams, flags), newFaultCommand(streams, flags), newPreflightCommand(streams, flags))
+	root.AddCommand(newUpgradeCommand(streams, flags), newValidateCommand(streams, flags), newStatusCommand(streams, flags), newWhyCommand(streams, flags), newFaultCommand(streams, flags),
+		newPreflightCommand(streams, flags), newMigrateCommand(streams, flags))
 	return root
 }
 
