@@ -56,32 +56,13 @@ const probeJitter = 0.2
 
 // Run blocks until ctx is canceled.
 func (w *NodeGroupWatcher) Run(ctx context.Context) {
-	logger := klog.FromContext(ctx)
 	trigger := make(chan struct{}, 1)
-	poke := func() {
+	lister := w.watchNode(ctx, func() {
 		select {
 		case trigger <- struct{}{}:
 		default:
 		}
-	}
-	// One informer for one node, not a SharedInformerFactory: the factory links every API
-	// group's informers and listers into the binary (14 MB of it).
-	nodes := coreinformers.NewFilteredNodeInformer(w.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
-		o.FieldSelector = "metadata.name=" + w.NodeName
 	})
-	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*corev1.Node)
-			n, ok2 := newObj.(*corev1.Node)
-			if !ok1 || !ok2 || !reflect.DeepEqual(o.Labels, n.Labels) {
-				poke()
-			}
-		},
-	})
-	go nodes.RunWithContext(ctx)
-	lister := corelisters.NewNodeLister(nodes.GetIndexer())
-
 	interval := w.Interval
 	if interval <= 0 {
 		interval = 10 * time.Second
@@ -106,41 +87,71 @@ func (w *NodeGroupWatcher) Run(ctx context.Context) {
 			servedChanged = w.reprobe(ctx) || servedChanged
 			reprobe.Reset(wait.Jitter(probeEvery, probeJitter))
 		}
-		node, err := lister.Get(w.NodeName)
-		if err != nil {
-			continue // not synced yet
+		if w.apply(ctx, lister, servedChanged) {
+			servedChanged = false
 		}
-		cfg, err := nodegroups.LoadConfig(w.ConfigPath)
-		if err != nil {
-			// Keep publishing what we have; a broken edit must not take the node's GPUs away.
-			logger.Error(err, "Inventory config unreadable; keeping the published devices", "path", w.ConfigPath)
-			continue
-		}
-		group, spec := cfg.GroupFor(node.Labels)
-		if specEqual(spec, w.Current) && !servedChanged {
-			continue
-		}
-		publish := spec
-		if w.Sharing != nil {
-			publish = w.Sharing.Effective(ctx, group, spec)
-		}
-		source := simulated.New(w.NodeName, publish)
-		if err := w.Driver.SetDevices(ctx, source); err != nil {
-			logger.Error(err, "Inventory change not applied")
-			continue
-		}
-		resources, err := Resources(ctx, w.NodeName, source, w.Sharing.Layout())
-		if err == nil {
-			err = w.Publisher.PublishResources(ctx, resources)
-		}
-		if err != nil {
-			logger.Error(err, "Re-publishing after inventory change failed")
-			continue
-		}
-		logger.Info("Inventory changed; re-published", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String(), "sharing", publish.ModeOf())
-		w.Current = spec
-		servedChanged = false
 	}
+}
+
+// watchNode runs an informer of this node alone, calling poke when its labels change.
+func (w *NodeGroupWatcher) watchNode(ctx context.Context, poke func()) corelisters.NodeLister {
+	// One informer for one node, not a SharedInformerFactory: the factory links every API
+	// group's informers and listers into the binary (14 MB of it).
+	nodes := coreinformers.NewFilteredNodeInformer(w.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + w.NodeName
+	})
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if !ok1 || !ok2 || !reflect.DeepEqual(o.Labels, n.Labels) {
+				poke()
+			}
+		},
+	})
+	go nodes.RunWithContext(ctx)
+	return corelisters.NewNodeLister(nodes.GetIndexer())
+}
+
+// apply re-publishes the node's devices when its group's spec changed or servedChanged, and
+// reports whether what is published is now current (nothing to do counts as current).
+func (w *NodeGroupWatcher) apply(ctx context.Context, lister corelisters.NodeLister, servedChanged bool) bool {
+	logger := klog.FromContext(ctx)
+	node, err := lister.Get(w.NodeName)
+	if err != nil {
+		return false // not synced yet
+	}
+	cfg, err := nodegroups.LoadConfig(w.ConfigPath)
+	if err != nil {
+		// Keep publishing what we have; a broken edit must not take the node's GPUs away.
+		logger.Error(err, "Inventory config unreadable; keeping the published devices", "path", w.ConfigPath)
+		return false
+	}
+	group, spec := cfg.GroupFor(node.Labels)
+	if specEqual(spec, w.Current) && !servedChanged {
+		return true
+	}
+	publish := spec
+	if w.Sharing != nil {
+		publish = w.Sharing.Effective(ctx, group, spec)
+	}
+	source := simulated.New(w.NodeName, publish)
+	if err := w.Driver.SetDevices(ctx, source); err != nil {
+		logger.Error(err, "Inventory change not applied")
+		return false
+	}
+	resources, err := Resources(ctx, w.NodeName, source, w.Sharing.Layout())
+	if err == nil {
+		err = w.Publisher.PublishResources(ctx, resources)
+	}
+	if err != nil {
+		logger.Error(err, "Re-publishing after inventory change failed")
+		return false
+	}
+	logger.Info("Inventory changed; re-published", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String(), "sharing", publish.ModeOf())
+	w.Current = spec
+	return true
 }
 
 // reprobe asks the API server again what it serves and reports whether the node's sharing must
