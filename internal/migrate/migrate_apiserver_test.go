@@ -115,7 +115,7 @@ func upgradedServer(t *testing.T) (*testapiserver.Server, int) {
 	newDir := testapiserver.ReleaseAssetsDir(t, buildenv.Newest)
 	dataDir := t.TempDir()
 	old := testapiserver.Start(t, testapiserver.WithAssetsDir(oldDir), testapiserver.WithEtcdDataDir(dataDir),
-		testapiserver.WithRuntimeConfig("resource.k8s.io/v1beta1=true"), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
+		testapiserver.WithRuntimeConfig(testapiserver.Oldest), testapiserver.WithFeatureGates("DynamicResourceAllocation=true"))
 	requireRelease(t, old, buildenv.Oldest)
 	created := createV1beta1Objects(t, old)
 	old.Stop(t)

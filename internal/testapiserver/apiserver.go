@@ -29,7 +29,12 @@ const AssetsEnv = "KUBEBUILDER_ASSETS"
 // `make integration` prepares them.
 const ReleasesEnv = "GPU_DRA_ENVTEST_RELEASES"
 
-// V1Beta1Only is the runtime config of a 1.32-like server: resource.k8s.io served as v1beta1 only.
+// Oldest is the runtime config of the oldest release's server (1.32, which knows no later
+// resource.k8s.io version than v1beta1): what the seed's cluster ran with.
+const Oldest = "resource.k8s.io/v1beta1=true"
+
+// V1Beta1Only is the runtime config of a 1.32-like server of a later release: resource.k8s.io
+// served as v1beta1 only (a 1.32 server refuses it: it knows no v1).
 const V1Beta1Only = "resource.k8s.io/v1=false,resource.k8s.io/v1beta2=false,resource.k8s.io/v1beta1=true"
 
 // AllVersions serves every resource.k8s.io version the binary knows.
