@@ -254,13 +254,22 @@ func invalid(key, value, detail string) *field.Error {
 	return field.Invalid(annotationsPath.Key(key), shorten(value), detail)
 }
 
+// shorten cuts s after the runes whose quoted form takes at most maxShownValue bytes: messages
+// quote values, and a byte that is not UTF-8 quotes as four (\xNN), so a cut by raw length let
+// binary values and names grow a message fourfold.
 func shorten(s string) string {
-	if len(s) <= maxShownValue {
-		return s
+	n := 0
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		q := 4 // \xNN
+		if r != utf8.RuneError || w != 1 {
+			q = len(strconv.QuoteRune(r)) - 2
+		}
+		if n+q > maxShownValue {
+			return s[:i] + "..."
+		}
+		n += q
+		i += w
 	}
-	cut := maxShownValue
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
+	return s
 }
