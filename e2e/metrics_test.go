@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,7 +67,7 @@ func checkAllocationMetrics(t *testing.T, c *framework.Cluster, ns, pod, contain
 	t.Logf("allocation series: %v", got)
 	return func() {
 		framework.Eventually(t, time.Minute, "the allocation series to go with the pod", func() (bool, error) {
-			return len(allocationSeries(t, c, ns)) == 0, context.Background().Err()
+			return len(allocationSeries(t, c, ns)) == 0, nil
 		})
 	}
 }
