@@ -18,9 +18,9 @@ import (
 // TestSharedPartitions installs the chart with a shared-partitions node group (2 GPUs of 4
 // partitions) and runs the reference driver's gpu-allow-multiple-allocations-partitionable demo
 // (image swapped). Where the API server keeps both partitionable devices and consumable capacity
-// (1.36+), the demo's two claims each get a share (8Gi, 10 compute) of the same partition, and both
-// pods see that partition, as the demo's README shows (in this driver's variables for a partition,
-// GPU_DEVICE_<gpu>_PARTITION_<n>, with the share's size). Where it keeps partitions only, the group
+// (1.36+), the demo's two claims each get a share (8Gi, 10 compute) of a partition, and each pod
+// sees its partition (in this driver's variables for a partition, GPU_DEVICE_<gpu>_PARTITION_<n>,
+// with the share's size); a claim pinned to the first claim's partition gets another share of it. Where it keeps partitions only, the group
 // falls back to plain partitions (the claims lose their capacity requests and get a partition
 // each); where it keeps neither, to whole GPUs, one per claim. The plugin says which once.
 func TestSharedPartitions(t *testing.T) {
@@ -55,26 +55,36 @@ func TestSharedPartitions(t *testing.T) {
 	partition := regexp.MustCompile(`^gpu-[0-9]+-partition-[0-9]+$`)
 	switch {
 	case partitions && shares:
-		// As the demo's README: both pods on the same partition, each with its own share, its
-		// size in the partition's variables (named as for any partition).
-		if !partition.MatchString(results[0].Device) || results[0].Device != results[1].Device {
-			t.Fatalf("want both claims on one partition: %s, %s", results[0].Device, results[1].Device)
-		}
-		m := partitionName.FindStringSubmatch(results[0].Device)
-		id := "GPU_DEVICE_" + m[1] + "_PARTITION_" + m[2]
-		for pod, env := range envs {
-			if env[id] != results[0].Device || env[id+"_MEMORY"] != "8Gi" || env[id+"_COMPUTE"] != "10" {
-				t.Errorf("%s sees %v; want %s=%s, %s_MEMORY=8Gi, %s_COMPUTE=10", pod, env, id, results[0].Device, id, id)
-			}
-		}
+		// Each claim gets a share of a partition, its size in the partition's variables (named as
+		// for any partition). The demo's README shows both on one partition; the scheduler may as
+		// well pick two (it did on 1.37.2), and then a third claim pinned to the first one's
+		// partition shows that one partition holds several shares.
 		for i, r := range results {
 			mem, comp := r.ConsumedCapacity["memory"], r.ConsumedCapacity["compute"]
-			if r.ShareID == nil || mem.String() != "8Gi" || comp.String() != "10" {
-				t.Errorf("claim %d: share %v consumed %v, want a share of 8Gi and 10 compute", i, r.ShareID, r.ConsumedCapacity)
+			if !partition.MatchString(r.Device) || r.ShareID == nil || mem.String() != "8Gi" || comp.String() != "10" {
+				t.Errorf("claim %d: %s share %v consumed %v, want a share of 8Gi and 10 compute of a partition", i, r.Device, r.ShareID, r.ConsumedCapacity)
 			}
 		}
-		if results[0].ShareID != nil && results[1].ShareID != nil && *results[0].ShareID == *results[1].ShareID {
-			t.Errorf("both claims got share %s", *results[0].ShareID)
+		for i, pod := range []string{"pod0", "pod1"} {
+			m := partitionName.FindStringSubmatch(results[i].Device)
+			if m == nil {
+				continue
+			}
+			id := "GPU_DEVICE_" + m[1] + "_PARTITION_" + m[2]
+			if env := envs[pod]; env[id] != results[i].Device || env[id+"_MEMORY"] != "8Gi" || env[id+"_COMPUTE"] != "10" {
+				t.Errorf("%s sees %v; want %s=%s, %s_MEMORY=8Gi, %s_COMPUTE=10", pod, env, id, results[i].Device, id, id)
+			}
+		}
+		switch m := partitionName.FindStringSubmatch(results[0].Device); {
+		case results[0].Device == results[1].Device:
+			if results[0].ShareID != nil && results[1].ShareID != nil && *results[0].ShareID == *results[1].ShareID {
+				t.Errorf("both claims got share %s", *results[0].ShareID)
+			}
+		case m != nil:
+			third := pinnedShare(t, c, ns, m[1], m[2])
+			if third.Device != results[0].Device || third.ShareID == nil || results[0].ShareID == nil || *third.ShareID == *results[0].ShareID {
+				t.Errorf("a claim pinned to %s got %s share %v; want another share of it", results[0].Device, third.Device, third.ShareID)
+			}
 		}
 	case partitions:
 		checkFallbackLine(t, c, false, "Node group sharing falls back to partitioned", `group="shared-partitions" want="shared-partitions" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`)
@@ -88,4 +98,35 @@ func TestSharedPartitions(t *testing.T) {
 			t.Errorf("without partitionable devices want two whole GPUs: %s, %s", results[0].Device, results[1].Device)
 		}
 	}
+}
+
+// pinnedShare runs a pod whose claim asks for 8Gi and 10 compute of partition part of GPU gpu and
+// returns its allocation.
+func pinnedShare(t *testing.T, c *framework.Cluster, ns, gpu, part string) resourceapi.DeviceRequestAllocationResult {
+	t.Helper()
+	claim := `apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: pinned-share
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: ` + driver + `
+        selectors:
+        - cel:
+            expression: device.attributes["` + driver + `"].index == ` + gpu + ` && device.attributes["` + driver + `"].partition == ` + part + `
+        capacity:
+          requests:
+            memory: 8Gi
+            compute: "10"
+`
+	applyPods(t, c, ns, claim+"---\n"+framework.ClaimPod("pinned", "pinned-share"))
+	c.WaitForPodPhase(t, ns, "pinned", 2*time.Minute, corev1.PodRunning)
+	got, err := draclient.New(c.Clientset).ResourceClaims(ns).Get(context.Background(), "pinned-share", metav1.GetOptions{})
+	if err != nil || got.Status.Allocation == nil || len(got.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("pinned claim: %+v %v", got, err)
+	}
+	return got.Status.Allocation.Devices.Results[0]
 }
