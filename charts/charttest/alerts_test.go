@@ -9,35 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 	"sigs.k8s.io/yaml"
 )
 
-// promtool returns Debian's promtool, which `make deps` unpacks into the tools cache. Without it
-// the test skips loudly, except in CI.
-func promtool(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p
-	}
-	cache := os.Getenv("GPU_DRA_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "gpu-dra")
-	}
-	p := filepath.Join(cache, "tools", "bin", "promtool")
-	if _, err := os.Stat(p); err != nil {
-		msg := "needs promtool in " + p + " (`make deps`)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED: " + msg)
-	}
-	return p
-}
-
 func runPromtool(t *testing.T, dir string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(promtool(t), args...)
+	cmd := exec.Command(testapiserver.ToolBinary(t, "promtool"), args...)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)

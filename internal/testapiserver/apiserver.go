@@ -124,6 +124,20 @@ func ReleaseBinary(t testing.TB, release, name string) string {
 	return ""
 }
 
+// ToolBinary returns a tool the harness installs into its cache (`make deps`: e.g. promtool), from
+// PATH or $GPU_DRA_CACHE/tools/bin. A missing tool skips loudly, or fails in CI.
+func ToolBinary(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	p := filepath.Join(cacheDir(), "tools", "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		missing(t, "needs "+name+" in "+p+" (`make deps`)")
+	}
+	return p
+}
+
 // cacheDir is the harness cache: $GPU_DRA_CACHE, else ~/.cache/gpu-dra.
 func cacheDir() string {
 	if cache := os.Getenv("GPU_DRA_CACHE"); cache != "" {
