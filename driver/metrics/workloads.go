@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"context"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,7 +75,7 @@ func (w *workloads) Collect(ch chan<- prometheus.Metric) {
 	w.mu.Lock()
 	devices, prepared, lister := w.devices, w.prepared, w.consumers
 	w.mu.Unlock()
-	for _, name := range sortedKeys(devices) {
+	for _, name := range slices.Sorted(maps.Keys(devices)) {
 		d := devices[name]
 		ch <- prometheus.MustNewConstMetric(w.info, prometheus.GaugeValue, 1, d.Device, d.UUID, d.Model, d.Partition)
 	}
@@ -133,36 +135,17 @@ func allocationSeries(prepared []PreparedDevice, consumers []podresources.Consum
 		}
 	}
 	// One container may list a claim's device once per request using it: one series each.
-	sort.Slice(out, func(i, j int) bool { return less(out[i], out[j]) })
-	return dedupe(out)
+	slices.SortFunc(out, compare)
+	return slices.Compact(out)
 }
 
-func less(a, b series) bool {
+func compare(a, b series) int {
 	ka := [...]string{a.Namespace, a.Claim, a.Device, a.ShareID, a.Request, a.pod, a.container}
 	kb := [...]string{b.Namespace, b.Claim, b.Device, b.ShareID, b.Request, b.pod, b.container}
 	for i := range ka {
-		if ka[i] != kb[i] {
-			return ka[i] < kb[i]
+		if c := strings.Compare(ka[i], kb[i]); c != 0 {
+			return c
 		}
 	}
-	return false
-}
-
-func dedupe(s []series) []series {
-	out := s[:0]
-	for i, x := range s {
-		if i == 0 || x != s[i-1] {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-func sortedKeys(m map[string]DeviceInfo) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return 0
 }
