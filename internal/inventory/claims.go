@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // maxReservedKept bounds the consumers kept of a claim: they only name who holds its devices in
@@ -104,7 +105,9 @@ func sameKeptClaim(oldObj, newObj any) bool {
 // its name, namespace and UID, and of its status the allocation's device results (without their
 // config, tolerations and binding conditions) and the first few consumers. A claim's spec, its
 // opaque config and its devices' status can be kilobytes each; a cluster has a claim per GPU pod.
-// Anything but a *ResourceClaim passes through (tombstones).
+// For the fleet metrics' pending claims it also keeps the creation time and, while the claim has
+// no allocation, the Pod that controls it (a claim made from a pod's template). Anything but a
+// *ResourceClaim passes through (tombstones).
 func TransformClaim(obj any) (any, error) {
 	c, ok := obj.(*resourceapi.ResourceClaim)
 	if !ok {
@@ -114,7 +117,13 @@ func TransformClaim(obj any) (any, error) {
 }
 
 func transformClaim(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
-	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
+	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion,
+		CreationTimestamp: c.CreationTimestamp}}
+	if c.Status.Allocation == nil {
+		if owner := metav1.GetControllerOfNoCopy(c); owner != nil && owner.APIVersion == "v1" && owner.Kind == "Pod" {
+			out.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
+		}
+	}
 	if a := c.Status.Allocation; a != nil {
 		results := make([]resourceapi.DeviceRequestAllocationResult, 0, len(a.Devices.Results))
 		for _, r := range a.Devices.Results {

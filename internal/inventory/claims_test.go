@@ -3,6 +3,7 @@ package inventory
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -58,6 +59,44 @@ func TestTransformClaim(t *testing.T) {
 	pending, _ := TransformClaim(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: full.Spec})
 	if p := pending.(*resourceapi.ResourceClaim); p.Status.Allocation != nil || len(p.Spec.Devices.Requests) != 0 {
 		t.Errorf("pending claim %+v", p)
+	}
+}
+
+// TestTransformClaimPending: the creation time is kept, and the controlling Pod of a claim without
+// an allocation (what the fleet metrics tell pending claims by), and nothing else of the owners.
+func TestTransformClaimPending(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	podRef := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "pod-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	allocation := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "d", Pool: "n", Device: "gpu-0"}}}}
+	for _, tc := range []struct {
+		name       string
+		owners     []metav1.OwnerReference
+		allocation *resourceapi.AllocationResult
+		wantOwner  string
+	}{
+		{name: "pod's template claim", owners: []metav1.OwnerReference{podRef}, wantOwner: "p"},
+		{name: "allocated", owners: []metav1.OwnerReference{podRef}, allocation: allocation},
+		{name: "standalone"},
+		{name: "owned but not controlled", owners: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "pod-uid"}}},
+		{name: "controlled by something else", owners: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "r", UID: "u", Controller: ptr.To(true)}}},
+		{name: "a Pod kind of another group", owners: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", CreationTimestamp: created, OwnerReferences: tc.owners},
+				Status: resourceapi.ResourceClaimStatus{Allocation: tc.allocation}}
+			out, _ := TransformClaim(in)
+			c := out.(*resourceapi.ResourceClaim)
+			if !c.CreationTimestamp.Equal(&created) {
+				t.Errorf("creationTimestamp %v, want %v", c.CreationTimestamp, created)
+			}
+			owner := metav1.GetControllerOfNoCopy(c)
+			switch {
+			case tc.wantOwner == "" && len(c.OwnerReferences) > 0:
+				t.Errorf("owners %+v, want none", c.OwnerReferences)
+			case tc.wantOwner != "" && (owner == nil || owner.Kind != "Pod" || owner.Name != tc.wantOwner || owner.UID != "pod-uid" || len(c.OwnerReferences) != 1):
+				t.Errorf("owners %+v, want the controlling Pod %s", c.OwnerReferences, tc.wantOwner)
+			}
+		})
 	}
 	tombstone := tombstoneObject()
 	if out, _ := TransformClaim(tombstone); out != tombstone {

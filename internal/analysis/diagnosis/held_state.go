@@ -122,5 +122,8 @@ func (h *Held) build() (*heldState, error) {
 		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
 	}
 	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Claims: claims, BusyPoolsOnly: true})
+	for _, observe := range h.observers {
+		observe(Rebuilt{Slices: s.Slices(), Fleet: fl, Claims: claims})
+	}
 	return &heldState{snapshot: s, fleet: fl, devices: fleetIndex(s, fl), answers: lru.New(heldCacheSize)}, nil
 }
