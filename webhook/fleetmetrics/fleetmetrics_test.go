@@ -2,13 +2,10 @@ package fleetmetrics
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +16,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
+	"github.com/gpu-dra/gpu-dra/webhook/fleetmetrics/fleetmetricstest"
 )
 
 const driver = "gpu.example.com"
@@ -114,49 +112,15 @@ func observe(t *testing.T, c *Collector, slices []*resourceapi.ResourceSlice, cl
 	}
 }
 
-// scrape gathers c's series, each as name{label="value",...} sorted by label name.
-func scrape(t *testing.T, c *Collector) map[string]float64 {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			sort.Strings(labels)
-			out[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = value(m)
-		}
-	}
-	return out
-}
+var (
+	dev     = fleetmetricstest.Devices
+	waiting = fleetmetricstest.Pending
+	oldest  = fleetmetricstest.Oldest
+)
 
-func value(m *dto.Metric) float64 {
-	if m.GetGauge() != nil {
-		return m.GetGauge().GetValue()
-	}
-	return m.GetCounter().GetValue()
-}
+const droppedSeries = fleetmetricstest.Dropped
 
-func dev(model, state string) string {
-	return fmt.Sprintf("gpu_dra_fleet_devices{model=%q,state=%q}", model, state)
-}
-
-func waiting(source, olderThan string) string {
-	return fmt.Sprintf("gpu_dra_fleet_claims_pending{older_than=%q,source=%q}", olderThan, source)
-}
-
-func oldest(source string) string {
-	return fmt.Sprintf("gpu_dra_fleet_claims_pending_oldest_seconds{source=%q}", source)
-}
-
-const droppedSeries = "gpu_dra_fleet_model_series_dropped_total{}"
+func scrape(t *testing.T, c *Collector) map[string]float64 { return fleetmetricstest.Gather(t, c) }
 
 func TestCollector(t *testing.T) {
 	var many []*resourceapi.ResourceSlice

@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	draclient "k8s.io/dynamic-resource-allocation/client"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
+	"github.com/gpu-dra/gpu-dra/webhook/fleetmetrics/fleetmetricstest"
 )
 
 // TestFleetMetricsThroughAPIServer: the webhook's fleet gauges follow the ResourceSlices and
@@ -63,15 +62,13 @@ func TestFleetMetricsThroughAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	go h.run(ctx)
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(h.fleet)
 
 	expect := func(what string, want map[string]float64) {
 		t.Helper()
 		var got map[string]float64
 		deadline := time.Now().Add(time.Minute)
 		for {
-			got = gatherFleet(t, reg)
+			got = fleetmetricstest.Gather(t, h.fleet)
 			if matchesAll(got, want) {
 				return
 			}
@@ -82,23 +79,23 @@ func TestFleetMetricsThroughAPIServer(t *testing.T) {
 		}
 	}
 	expect("first summary", map[string]float64{
-		`gpu_dra_fleet_devices{LATEST-GPU-MODEL,free}`:      26,
-		`gpu_dra_fleet_devices{LATEST-GPU-MODEL,allocated}`: 0,
-		`gpu_dra_fleet_devices{OLD-GPU-MODEL,free}`:         5,
-		`gpu_dra_fleet_devices{OLD-GPU-MODEL,allocated}`:    1,
-		`gpu_dra_fleet_devices{OLD-GPU-MODEL,unhealthy}`:    0,
-		`gpu_dra_fleet_claims_pending{template,0s}`:         1,
-		`gpu_dra_fleet_claims_pending{standalone,0s}`:       1,
+		fleetmetricstest.Devices("LATEST-GPU-MODEL", "free"):      26,
+		fleetmetricstest.Devices("LATEST-GPU-MODEL", "allocated"): 0,
+		fleetmetricstest.Devices("OLD-GPU-MODEL", "free"):         5,
+		fleetmetricstest.Devices("OLD-GPU-MODEL", "allocated"):    1,
+		fleetmetricstest.Devices("OLD-GPU-MODEL", "unhealthy"):    0,
+		fleetmetricstest.Pending("template", "0s"):                1,
+		fleetmetricstest.Pending("standalone", "0s"):              1,
 	})
 	allocate(waiting, "las1", "gpu-0")
 	expect("the waiting claim allocated", map[string]float64{
-		`gpu_dra_fleet_devices{LATEST-GPU-MODEL,free}`:      25,
-		`gpu_dra_fleet_devices{LATEST-GPU-MODEL,allocated}`: 1,
-		`gpu_dra_fleet_claims_pending{template,0s}`:         0,
-		`gpu_dra_fleet_claims_pending{standalone,0s}`:       1,
+		fleetmetricstest.Devices("LATEST-GPU-MODEL", "free"):      25,
+		fleetmetricstest.Devices("LATEST-GPU-MODEL", "allocated"): 1,
+		fleetmetricstest.Pending("template", "0s"):                0,
+		fleetmetricstest.Pending("standalone", "0s"):              1,
 	})
-	for k := range gatherFleet(t, reg) {
-		if strings.Contains(k, "NIC") || strings.Contains(k, "{,") {
+	for k := range fleetmetricstest.Gather(t, h.fleet) {
+		if strings.Contains(k, "NIC") || strings.Contains(k, `model=""`) {
 			t.Errorf("a series of another driver's devices: %s", k)
 		}
 	}
@@ -120,33 +117,9 @@ func TestFleetMetricsThroughAPIServer(t *testing.T) {
 		return
 	}
 	expect("a tainted device", map[string]float64{
-		`gpu_dra_fleet_devices{LATEST-GPU-MODEL,free}`:      24,
-		`gpu_dra_fleet_devices{LATEST-GPU-MODEL,unhealthy}`: 1,
+		fleetmetricstest.Devices("LATEST-GPU-MODEL", "free"):      24,
+		fleetmetricstest.Devices("LATEST-GPU-MODEL", "unhealthy"): 1,
 	})
-}
-
-// gatherFleet reads the fleet gauges as name{label values in label order}.
-func gatherFleet(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			var values []string
-			for _, l := range m.GetLabel() {
-				values = append(values, l.GetValue())
-			}
-			if f.GetName() == "gpu_dra_fleet_claims_pending" {
-				// Labels come sorted by name: older_than, source.
-				values[0], values[1] = values[1], values[0]
-			}
-			out[fmt.Sprintf("%s{%s}", f.GetName(), strings.Join(values, ","))] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-	}
-	return out
 }
 
 func matchesAll(got, want map[string]float64) bool {
