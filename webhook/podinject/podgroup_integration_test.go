@@ -29,13 +29,17 @@ func withPodGroupClient(cs kubernetes.Interface) []Option {
 }
 
 // TestPodGroupIntegration runs the handler behind a real 1.37.2 kube-apiserver, once serving
-// PodGroups (its gates and scheduling.k8s.io/v1beta1 on) and once with its defaults, which serve
-// none. Needs the 1.37.2 envtest assets.
+// PodGroups (its gates and scheduling.k8s.io/v1beta1 on), with kube-controller-manager's claim
+// controller making one claim per group for the pods the webhook wired to it, and once with its
+// defaults, which serve none. Needs the 1.37.2 envtest assets and kube-controller-manager.
 func TestPodGroupIntegration(t *testing.T) {
 	assets := testapiserver.ReleaseAssetsDir(t, "1.37.2")
 	t.Run("served", func(t *testing.T) {
+		kcm := testapiserver.ReleaseBinary(t, "1.37.2", "kube-controller-manager")
 		e := startEnvWith(t, withPodGroupClient, testapiserver.WithAssetsDir(assets),
 			testapiserver.WithRuntimeConfig(podGroupsRuntimeConfig), testapiserver.WithFeatureGates(podGroupsFeatureGates))
+		// The claim controller makes the groups' claims and tells each pod which one is its.
+		e.srv.StartControllerManager(t, kcm, "resourceclaim", "--controllers=resourceclaim-controller", "--feature-gates="+podGroupsFeatureGates)
 		ctx := context.Background()
 		ns := e.namespace(t, "groups")
 		createOneGPUTemplate(t, e, ns)
@@ -65,6 +69,7 @@ func TestPodGroupIntegration(t *testing.T) {
 				}
 			}
 		}
+		checkOneClaimPerGroup(t, e, ns, map[string][]string{"group-1": {"group-1-a", "group-1-b"}, "group-2": {"group-2-a", "group-2-b"}})
 		// No managed template: the group's own template decides.
 		if list, err := e.templates.ResourceClaimTemplates(ns).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy}); err != nil || len(list.Items) != 0 {
 			t.Errorf("managed templates %v, %v; want none", list, err)
@@ -139,4 +144,47 @@ func describeClaims(claims []corev1.PodResourceClaim) string {
 		out = append(out, c.Name+": "+describeEntry(c))
 	}
 	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// checkOneClaimPerGroup waits until the claim controller made each group's claim and gave it to
+// the group's pods, then checks that the namespace holds one claim per group, owned by the group.
+func checkOneClaimPerGroup(t *testing.T, e *env, ns string, pods map[string][]string) {
+	t.Helper()
+	ctx := context.Background()
+	claimOf := map[string]string{}
+	for group, members := range pods {
+		eventually(t, "the claim of "+group, func() bool {
+			pg, err := e.cs.SchedulingV1beta1().PodGroups(ns).Get(ctx, group, metav1.GetOptions{})
+			if err != nil || len(pg.Status.ResourceClaimStatuses) != 1 {
+				return false
+			}
+			claimOf[group] = ptr.Deref(pg.Status.ResourceClaimStatuses[0].ResourceClaimName, "")
+			return claimOf[group] != ""
+		})
+		for _, name := range members {
+			eventually(t, name+"'s claim status", func() bool {
+				pod, err := e.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+				return err == nil && len(pod.Status.ResourceClaimStatuses) == 1
+			})
+			pod, _ := e.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if st := pod.Status.ResourceClaimStatuses[0]; st.Name != ClaimName || ptr.Deref(st.ResourceClaimName, "") != claimOf[group] {
+				t.Errorf("pod %s uses claim %s as %s, want its group's %s", name, ptr.Deref(st.ResourceClaimName, ""), st.Name, claimOf[group])
+			}
+		}
+	}
+	claims, err := e.templates.ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != len(pods) {
+		t.Errorf("%d claims, want one per group (%d)", len(claims.Items), len(pods))
+	}
+	for _, c := range claims.Items {
+		if owner := metav1.GetControllerOf(&c); owner == nil || owner.Kind != "PodGroup" || claimOf[owner.Name] != c.Name {
+			t.Errorf("claim %s is controlled by %+v, want the PodGroup it was made for", c.Name, owner)
+		}
+	}
+	if claimOf["group-1"] == claimOf["group-2"] {
+		t.Errorf("both groups got claim %s", claimOf["group-1"])
+	}
 }
