@@ -13,11 +13,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
+	"github.com/gpu-dra/gpu-dra/internal/podgroups"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -26,8 +26,6 @@ import (
 const (
 	podGroupDemo        = "podgroup-resourceclaimtemplate"
 	podGroupDemoVersion = "scheduling.k8s.io/v1alpha2"
-	// podGroupsNeed is what a 1.37 cluster needs for the demo, as e2e/run.sh's PodGroup phase starts it.
-	podGroupsNeed = "--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true --runtime-config=scheduling.k8s.io/v1beta1=true"
 	// The webhook's lines about PodGroups (podinject.PodGroupClient).
 	podGroupsServedLine    = "PodGroups are served"
 	podGroupsNotServedLine = "PodGroups are not served"
@@ -48,7 +46,7 @@ func TestPodGroups(t *testing.T) {
 
 	served := podGroupsServed(t, c)
 	if served == "" {
-		t.Logf("this cluster serves no PodGroups: the %s demo needs Kubernetes 1.36+ with %s (1.36: scheduling.k8s.io/v1alpha2 and also GangScheduling)", podGroupDemo, podGroupsNeed)
+		t.Logf("this cluster serves no PodGroups: the %s demo needs %s (or 1.36 with those gates, GangScheduling and scheduling.k8s.io/v1alpha2; make e2e-podgroups starts such a cluster)", podGroupDemo, podgroups.Needs)
 		checkPodGroupsLacking(t, c)
 		return
 	}
@@ -188,25 +186,18 @@ func checkGroupsShare(t *testing.T, c *framework.Cluster, ns string, groups map[
 	}
 }
 
-// podGroupsServed is the scheduling.k8s.io version serving podgroups ("" for none), newest first
-// as the webhook looks for it.
+// podGroupsServed is the scheduling.k8s.io group/version serving podgroups, "" for none, found as
+// the webhook finds it.
 func podGroupsServed(t *testing.T, c *framework.Cluster) string {
 	t.Helper()
-	for _, v := range []string{"v1", "v1beta1", "v1alpha3", "v1alpha2"} {
-		list, err := c.Clientset.Discovery().ServerResourcesForGroupVersion("scheduling.k8s.io/" + v)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("discovery of scheduling.k8s.io/%s: %v", v, err)
-		}
-		for _, r := range list.APIResources {
-			if r.Name == "podgroups" {
-				return "scheduling.k8s.io/" + v
-			}
-		}
+	v, err := podgroups.ServedVersion(c.Clientset.Discovery())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ""
+	if v == "" {
+		return ""
+	}
+	return podgroups.Group + "/" + v
 }
 
 // checkPodGroupsLacking: the demo's PodGroups are refused with the API server's own words. A GPU

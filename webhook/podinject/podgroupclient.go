@@ -3,28 +3,20 @@ package podinject
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/gpu-dra/gpu-dra/internal/podgroups"
 )
-
-// schedulingGroup is the API group of PodGroups.
-const schedulingGroup = "scheduling.k8s.io"
-
-// podGroupVersions are the versions of scheduling.k8s.io that served PodGroups with
-// resourceClaims, newest first: v1beta1 from 1.37, v1alpha3 on 1.37 too, v1alpha2 on 1.36. Their
-// spec.resourceClaims have one shape, so the client reads whichever is served.
-var podGroupVersions = []string{"v1", "v1beta1", "v1alpha3", "v1alpha2"}
 
 const (
 	// podGroupTimeout bounds one read of a PodGroup, well inside the webhook's timeout.
@@ -100,13 +92,13 @@ func (c *PodGroupClient) SharedClaims(ctx context.Context, namespace, name strin
 }
 
 func (c *PodGroupClient) get(ctx context.Context, version, namespace, name string) (GroupClaims, error) {
-	path := fmt.Sprintf("/apis/%s/%s/namespaces/%s/podgroups/%s", schedulingGroup, version, namespace, name)
+	path := fmt.Sprintf("/apis/%s/%s/namespaces/%s/podgroups/%s", podgroups.Group, version, namespace, name)
 	raw, err := c.rest.Get().AbsPath(path).Do(ctx).Raw()
 	switch {
 	case apierrors.IsNotFound(err):
 		return GroupClaims{Served: true}, nil
 	case err != nil:
-		return GroupClaims{}, fmt.Errorf("get PodGroup %s/%s (%s/%s): %w", namespace, name, schedulingGroup, version, err)
+		return GroupClaims{}, fmt.Errorf("get PodGroup %s/%s (%s/%s): %w", namespace, name, podgroups.Group, version, err)
 	}
 	var view podGroupView
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &view); err != nil {
@@ -147,19 +139,9 @@ func (c *PodGroupClient) servedVersion(ctx context.Context) (string, error) {
 // discover asks discovery which version serves podgroups. The answer is logged once, and again
 // when it changes.
 func (c *PodGroupClient) discover(logger klog.Logger) (string, error) {
-	version := ""
-	for _, v := range podGroupVersions {
-		list, err := c.discovery.ServerResourcesForGroupVersion(schedulingGroup + "/" + v)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("discover %s/%s: %w", schedulingGroup, v, err)
-		}
-		if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "podgroups" }) {
-			version = v
-			break
-		}
+	version, err := podgroups.ServedVersion(c.discovery)
+	if err != nil {
+		return "", err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -167,9 +149,9 @@ func (c *PodGroupClient) discover(logger klog.Logger) (string, error) {
 	served := version != ""
 	if !c.reported || served != c.lastServed {
 		if served {
-			logger.Info("PodGroups are served: pods of a group whose claim is named "+ClaimName+" share the group's GPUs", "version", schedulingGroup+"/"+version)
+			logger.Info("PodGroups are served: pods of a group whose claim is named "+ClaimName+" share the group's GPUs", "version", podgroups.Group+"/"+version)
 		} else {
-			logger.Info("PodGroups are not served: pods of a group get GPUs of their own", "needs", "Kubernetes 1.37 with feature gates GenericWorkload and DRAWorkloadResourceClaims and --runtime-config="+schedulingGroup+"/v1beta1=true")
+			logger.Info("PodGroups are not served: pods of a group get GPUs of their own", "needs", podgroups.Needs)
 		}
 		c.reported, c.lastServed = true, served
 	}
