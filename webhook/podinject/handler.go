@@ -159,7 +159,7 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	}
 	// A group's own template or claim is the user's: only a managed template is checked and
 	// created.
-	if managed := entry.ResourceClaimName == nil && *entry.ResourceClaimTemplateName == template.Name; managed {
+	if managed := entry.ResourceClaimName == nil && ptr.Deref(entry.ResourceClaimTemplateName, "") == template.Name; managed {
 		more, err := h.validate(ctx, template)
 		if err != nil {
 			return admission.Denied(fmt.Sprintf("the GPU request of annotation %s is not valid: %v", h.opts.annotation(annCount), err)).WithWarnings(warnings...)

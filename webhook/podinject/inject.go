@@ -25,8 +25,8 @@ type podView struct {
 		ResourceClaims []corev1.PodResourceClaim `json:"resourceClaims"`
 		InitContainers []containerView           `json:"initContainers"`
 		Containers     []containerView           `json:"containers"`
-		// SchedulingGroup names the PodGroup the pod belongs to (served from 1.35 with the
-		// GenericWorkload gate).
+		// SchedulingGroup names the PodGroup the pod belongs to (a field from 1.36, kept by
+		// the API server with the GenericWorkload gate).
 		SchedulingGroup *struct {
 			PodGroupName *string `json:"podGroupName"`
 		} `json:"schedulingGroup"`

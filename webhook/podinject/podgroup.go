@@ -10,6 +10,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gpu-dra/gpu-dra/internal/podgroups"
 )
 
 // PodGroups reads the claims a PodGroup shares with its pods (spec.resourceClaims, KEP-5729).
@@ -36,7 +38,7 @@ type GroupClaims struct {
 func WithPodGroups(g PodGroups) Option { return func(o *options) { o.podGroups = g } }
 
 // NotServedWarning is what a pod of a PodGroup is told where the cluster serves no PodGroups.
-const NotServedWarning = "this cluster serves no PodGroups with resourceClaims (Kubernetes 1.37: feature gates GenericWorkload and DRAWorkloadResourceClaims, and --runtime-config=scheduling.k8s.io/v1beta1=true), so the pod gets GPUs of its own instead of its group's"
+const NotServedWarning = "this cluster serves no PodGroups with resourceClaims (they need " + podgroups.Needs + "), so the pod gets GPUs of its own instead of its group's"
 
 var podGroupPath = field.NewPath("spec", "schedulingGroup", "podGroupName")
 
@@ -86,7 +88,7 @@ func (h *Handler) groupEntry(ctx context.Context, namespace string, pod *podView
 func (h *Handler) checkGroupEntry(pod *podView, group string, c, perPod corev1.PodResourceClaim) field.ErrorList {
 	template := ptr.Deref(c.ResourceClaimTemplateName, "")
 	if managedName.MatchString(template) {
-		if template == *perPod.ResourceClaimTemplateName {
+		if template == ptr.Deref(perPod.ResourceClaimTemplateName, "") {
 			return nil
 		}
 		key := h.opts.annotation(annCount)
