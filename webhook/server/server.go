@@ -197,6 +197,7 @@ func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
 		podinject.WithDeviceClasses(o.DeviceClasses...),
 		podinject.WithCluster(h.cluster),
+		podinject.WithPodGroups(podinject.NewPodGroupClient(cs.Discovery())),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("pod injection: %w", err)
