@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -64,14 +65,14 @@ func count(items []resourceapi.ResourceSlice) published {
 	return p
 }
 
-// logCount is how many lines of the pod's logs (all its containers, since it started) contain
-// line; an unreadable log counts as none.
+// logCount is how many lines of the pod's logs (all its containers, since it started) match
+// the regular expression line; an unreadable log counts as none.
 func (s *newestScenario) logCount(pod, line string) int {
 	out, err := s.c.KubectlErr("-n", framework.ReleaseNS, "logs", pod, "--all-containers", "--tail=-1")
 	if err != nil {
 		return 0
 	}
-	return strings.Count(out, line)
+	return len(regexp.MustCompile(line).FindAllStringIndex(out, -1))
 }
 
 func (s *newestScenario) waitPluginLog(t *testing.T, line string, timeout time.Duration) {

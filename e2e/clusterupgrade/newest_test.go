@@ -33,11 +33,17 @@ var servedFrom = version.MajorMinor(1, 36)
 // re-publishes at its next inventory tick (10s).
 const noticeBound = 90 * time.Second
 
-// The lines the plugin and the webhook log once when the API server starts serving a feature.
+// webhookFeatures are the features each webhook replica says the API server now serves from
+// 1.36: capacity requests (probed), and extended resources (read from the chart's class, whose
+// dropped extendedResourceName the webhook restores).
+var webhookFeatures = []string{"DRAConsumableCapacity", "DRAExtendedResource"}
+
+// The lines the plugin and the webhook log once when the API server starts serving a feature, as
+// regular expressions: the loggers' own keys (driver, node) come between message and feature.
 const (
-	pluginNowServes  = `"API server now serves a DRA feature; re-publishing" feature="%s"`
-	taintsNowServed  = `"API server now serves a DRA feature; device taints are published from now on" feature="DRADeviceTaints"`
-	webhookNowServes = `"The API server now serves a DRA feature" feature="%s"`
+	pluginNowServes  = `"API server now serves a DRA feature; re-publishing" .*feature="%s"`
+	taintsNowServed  = `"API server now serves a DRA feature; device taints are published from now on" .*feature="DRADeviceTaints"`
+	webhookNowServes = `"The API server now serves a DRA feature" .*feature="%s"`
 )
 
 // newestScenario is the upgrade from the seed's release to the newest one.
@@ -144,9 +150,16 @@ func (s *newestScenario) noticeFeatures(t *testing.T, since time.Time) {
 		s.waitPluginLog(t, line, time.Until(deadline))
 	}
 	for _, pod := range s.webhookPods(t) {
-		framework.Eventually(t, max(time.Until(deadline), time.Second), "webhook "+pod+" to say it serves consumable capacity", func() (bool, error) {
-			return s.logCount(pod, sprintf(webhookNowServes, "DRAConsumableCapacity")) > 0, nil
-		})
+		for _, f := range webhookFeatures {
+			framework.Eventually(t, max(time.Until(deadline), time.Second), "webhook "+pod+" to say it serves "+f, func() (bool, error) {
+				return s.logCount(pod, sprintf(webhookNowServes, f)) > 0, nil
+			})
+		}
+	}
+	// The chart's class was written on the seed's release, which dropped its extendedResourceName;
+	// the webhook put it back once the API server kept it.
+	if got := s.c.Kubectl(t, "get", "deviceclass", "gpu.example.com", "-o", "jsonpath={.spec.extendedResourceName}"); got != "gpu.example.com/gpu" {
+		t.Errorf("DeviceClass gpu.example.com has extendedResourceName %q, want gpu.example.com/gpu restored", got)
 	}
 	t.Logf("the plugin and the webhook followed the new release %s after its control plane answered", time.Since(since).Round(time.Second))
 	s.noticedOnce(t)
@@ -170,8 +183,10 @@ func (s *newestScenario) noticedOnce(t *testing.T) {
 		}
 	}
 	for _, pod := range s.webhookPods(t) {
-		if n := s.logCount(pod, sprintf(webhookNowServes, "DRAConsumableCapacity")); n != 1 {
-			t.Errorf("webhook %s logged that it serves consumable capacity %d times, want once", pod, n)
+		for _, f := range webhookFeatures {
+			if n := s.logCount(pod, sprintf(webhookNowServes, f)); n != 1 {
+				t.Errorf("webhook %s logged that the API server now serves %s %d times, want once", pod, f, n)
+			}
 		}
 	}
 }

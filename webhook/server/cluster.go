@@ -20,9 +20,11 @@ import (
 // feature probes.
 type cluster struct {
 	informers *inventory.Informers
-	features  *servedfeatures.Detector
-	cs        kubernetes.Interface
-	shared    sharedDevices
+	// classes are the stored DeviceClasses, as restored (classRestorer.list).
+	classes  func() []*resourceapi.DeviceClass
+	features *servedfeatures.Detector
+	cs       kubernetes.Interface
+	shared   sharedDevices
 }
 
 // sharedDevices tells whether the driver publishes GPUs several claims may share
@@ -45,7 +47,7 @@ func (c *cluster) ServesExtendedResource(ctx context.Context, name corev1.Resour
 	if !c.informers.HasSynced() {
 		return false
 	}
-	classes := c.informers.DeviceClasses()
+	classes := c.classes()
 	if !c.features.ExtendedResources(ctx, classes) {
 		return false
 	}
