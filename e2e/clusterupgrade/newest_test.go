@@ -229,6 +229,10 @@ func (s *newestScenario) shareRuns(t *testing.T, name string) {
 	env := s.c.Kubectl(t, "-n", s.ns, "exec", name, "--", "env")
 	if !regexp.MustCompile(`(?m)^GPU_DEVICE_[0-9]+_MEMORY=10Gi$`).MatchString(env) {
 		t.Errorf("pod %s with memory: 10Gi did not get a 10Gi share:\n%s", name, env)
+		out, _ := s.c.KubectlErr("-n", s.ns, "get", "resourceclaimtemplates,resourceclaims", "-o", "yaml")
+		t.Logf("templates and claims:\n%s", out)
+		out, _ = s.c.KubectlErr("get", "resourceslices", "-o", "yaml")
+		t.Logf("slices:\n%s", out)
 	}
 	s.stopPod(t, name)
 }
