@@ -70,7 +70,8 @@ func TestNewestUpgrade(t *testing.T) {
 	steps = append(steps,
 		step{"drain and upgrade the kubelet to v" + newestRelease, s.kubeletToNewest},
 		step{"v" + newestRelease + ": preflight --to 1.38 says not safe before the migration", s.preflightBefore},
-		step{"v" + newestRelease + ": kubectl dra migrate leaves nothing stored as v1beta1 or v1beta2", s.migrate},
+		step{"v" + newestRelease + ": kubectl dra migrate --method rewrite leaves nothing stored as v1beta1 or v1beta2, and preflight knows", s.migrateByRewrite},
+		step{"v" + newestRelease + ": kubectl dra migrate through StorageVersionMigrations finds the same", s.migrate},
 		step{"v" + newestRelease + ": preflight --to 1.38 says safe after the migration", s.preflightAfter},
 	)
 	for _, st := range steps {
