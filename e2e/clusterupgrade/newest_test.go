@@ -210,9 +210,15 @@ func (s *newestScenario) kubeletToNewest(t *testing.T) {
 	s.sameRollout(t)
 	s.release = s.releaseState(t)
 	s.seedPodRuns(t, "v1")
+	limits := "limits-on-kubelet-" + strings.ReplaceAll(newestRelease, ".", "-")
 	s.keepers = []runningPod{
 		s.startPod(t, framework.TemplatePod("template-on-kubelet-"+strings.ReplaceAll(newestRelease, ".", "-"), "example"), 1),
-		s.startPod(t, limitsPod(t, "limits-on-kubelet-"+strings.ReplaceAll(newestRelease, ".", "-")), 2),
+		s.startPod(t, limitsPod(t, limits), 2),
+	}
+	// With every kubelet new enough, the webhook leaves resources.limits to the scheduler, which
+	// makes the pod's claim itself.
+	if got := s.c.Kubectl(t, "-n", s.ns, "get", "pod", limits, "-o", "jsonpath={.spec.resourceClaims[*].name}|{.status.extendedResourceClaimStatus.resourceClaimName}"); !strings.HasPrefix(got, "|") || got == "|" {
+		t.Errorf("pod %s: webhook claims and the scheduler's claim %q; want only the scheduler's", limits, got)
 	}
 	s.shareRuns(t, "share-on-kubelet-"+strings.ReplaceAll(newestRelease, ".", "-"))
 }
