@@ -44,11 +44,12 @@ func (p *instance) startHealth(ctx context.Context) {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpu-kubelet-plugin", Host: p.o.NodeName}).WithLogger(logger)
 	p.updateHealthMetrics(faults.Faults{})
 	p.health.OnChange(func(ctx context.Context, before, after faults.Faults) {
-		if err := p.publisher.SetFaults(ctx, after); err != nil {
+		// An attach failure leaves its device healthy: it only fails the device's attaches.
+		if err := p.publisher.SetFaults(ctx, after.Unhealthy()); err != nil {
 			klog.FromContext(ctx).Error(err, "Re-publishing device taints failed; retried at the next change")
 		}
 		p.updateHealthMetrics(after)
-		p.driver.NotifyPods(ctx, p.resourceClient, recorder, before, after)
+		p.driver.NotifyPods(ctx, p.resourceClient, recorder, before.Unhealthy(), after.Unhealthy())
 	})
 	healthCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
