@@ -147,6 +147,6 @@ func logResults(logger klog.Logger, claim klog.ObjectRef, results []Result) {
 		if len(r.Conditions) > 0 {
 			reason = r.Conditions[0].Reason
 		}
-		logger.Info("Attach of device decided", "claim", claim, "device", r.Device, "outcome", reason)
+		logger.Info("Attach of device decided", "claim", claim, "pool", r.Pool, "device", r.Device, "outcome", reason)
 	}
 }
