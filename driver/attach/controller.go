@@ -174,15 +174,12 @@ func (a *Attacher) sync(ctx context.Context, key cache.ObjectName) (time.Duratio
 	}
 	// The attacher's entries of earlier attaches of this allocation stay in what it applies.
 	results = append(results, a.decidedResults(claim)...)
-	ac := applyConfiguration(claim.Namespace, claim.Name, claim.UID, a.driver, results)
-	_, err = a.client.ResourceV1().ResourceClaims(claim.Namespace).ApplyStatus(ctx, ac,
-		metav1.ApplyOptions{FieldManager: FieldManager(a.driver), Force: true})
-	if err != nil {
+	if err := Write(ctx, a.client, a.driver, claim, results); err != nil {
 		if ignorable(err) {
 			klog.FromContext(ctx).V(2).Info("Claim changed before its attach was written; waiting for its next change", "claim", klog.KObj(claim), "err", err)
 			return 0, nil
 		}
-		return 0, fmt.Errorf("claim %s: write status.devices conditions: %w", klog.KObj(claim), err)
+		return 0, err
 	}
 	logResults(klog.FromContext(ctx), klog.KObj(claim), results[:len(pending)])
 	return 0, nil
@@ -203,6 +200,17 @@ func (a *Attacher) decidedResults(claim *resourceapi.ResourceClaim) []Result {
 		}
 	}
 	return out
+}
+
+// Write applies the results as the attacher's part of the claim's status.devices.
+func Write(ctx context.Context, client kubernetes.Interface, driver string, claim *resourceapi.ResourceClaim, results []Result) error {
+	ac := applyConfiguration(claim.Namespace, claim.Name, claim.UID, driver, results)
+	_, err := client.ResourceV1().ResourceClaims(claim.Namespace).ApplyStatus(ctx, ac,
+		metav1.ApplyOptions{FieldManager: FieldManager(driver), Force: true})
+	if err != nil {
+		return fmt.Errorf("claim %s: write status.devices conditions: %w", klog.KObj(claim), err)
+	}
+	return nil
 }
 
 // FieldManager is the attacher's server-side apply field manager.
