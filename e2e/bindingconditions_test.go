@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 
+	"github.com/gpu-dra/gpu-dra/driver/attach"
 	"github.com/gpu-dra/gpu-dra/e2e/framework"
 )
 
@@ -76,9 +77,9 @@ func TestBindingConditions(t *testing.T) {
 	failed := 0
 	framework.Eventually(t, 3*time.Minute, "two failed attaches of the demo's claim, each deallocated by the scheduler", func() (bool, error) {
 		claim := claimOf()
-		if deviceCondition(claim, "AttachFailed") != nil && failed%2 == 0 {
+		if attach.TrueCondition(claim, "AttachFailed") != nil && failed%2 == 0 {
 			failed++
-			t.Logf("attach %d failed: %s", failed/2+1, deviceCondition(claim, "AttachFailed").Message)
+			t.Logf("attach %d failed: %s", failed/2+1, attach.TrueCondition(claim, "AttachFailed").Message)
 		}
 		if claim.Status.Allocation == nil && failed%2 == 1 {
 			failed++
@@ -97,7 +98,7 @@ func TestBindingConditions(t *testing.T) {
 	faulted = nil
 	c.WaitForPodPhase(t, ns, "pod0", 3*time.Minute, corev1.PodRunning)
 	claim := claimOf()
-	cond := deviceCondition(claim, "Attached")
+	cond := attach.TrueCondition(claim, "Attached")
 	if claim.Status.Allocation == nil || len(claim.Status.ReservedFor) != 1 || cond == nil || cond.Reason != "Attached" {
 		t.Errorf("the demo's claim: allocation %v, reservedFor %v, devices %+v; want allocated, reserved, Attached=True",
 			claim.Status.Allocation, claim.Status.ReservedFor, claim.Status.Devices)
@@ -139,16 +140,4 @@ func publishedDevices(t *testing.T, c *framework.Cluster) map[string]resourceapi
 		return len(out) > 0, nil
 	})
 	return out
-}
-
-// deviceCondition is the condition of type ty, when True, of any status.devices entry of the claim.
-func deviceCondition(claim *resourceapi.ResourceClaim, ty string) *metav1.Condition {
-	for _, d := range claim.Status.Devices {
-		for i := range d.Conditions {
-			if d.Conditions[i].Type == ty && d.Conditions[i].Status == metav1.ConditionTrue {
-				return &d.Conditions[i]
-			}
-		}
-	}
-	return nil
 }

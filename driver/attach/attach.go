@@ -18,6 +18,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -74,6 +75,17 @@ func decided(devices []resourceapi.AllocatedDeviceStatus, r resourceapi.DeviceRe
 		}
 	}
 	return false
+}
+
+// TrueCondition is the True condition of type ty of any of the claim's status.devices entries, or
+// nil: whether, and why, a device of the claim was attached or failed to be.
+func TrueCondition(claim *resourceapi.ResourceClaim, ty string) *metav1.Condition {
+	for _, d := range claim.Status.Devices {
+		if c := apimeta.FindStatusCondition(d.Conditions, ty); c != nil && c.Status == metav1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
 }
 
 // Due is when the attach of a claim's devices completes: the allocation's time plus the delay.

@@ -154,17 +154,6 @@ func poll(t *testing.T, timeout time.Duration, what string, done func() bool) {
 	}
 }
 
-func attachedCondition(claim *resourceapi.ResourceClaim, ty string) *metav1.Condition {
-	for _, d := range claim.Status.Devices {
-		for i := range d.Conditions {
-			if d.Conditions[i].Type == ty && d.Conditions[i].Status == metav1.ConditionTrue {
-				return &d.Conditions[i]
-			}
-		}
-	}
-	return nil
-}
-
 // TestSchedulerWaitsForAttach: the real scheduler allocates an attachable GPU and then waits in
 // PreBind: the pod stays unbound while its claim is allocated and reserved, through more than one
 // of the scheduler's 5-second checks, until the attacher reports the GPU attached; then the pod is
@@ -189,7 +178,7 @@ func TestSchedulerWaitsForAttach(t *testing.T) {
 	c.runAttacher(t, "node-a")
 	poll(t, time.Minute, "pod0 bound to node-a after the attach", func() bool { return c.podNode(t, "pod0") == "node-a" })
 	claim = c.claim(t, "pod0")
-	cond := attachedCondition(claim, "Attached")
+	cond := attach.TrueCondition(claim, "Attached")
 	if cond == nil || cond.Reason != attach.ReasonAttached || claim.Status.Devices[0].Device != r.Device {
 		t.Errorf("status.devices %+v, want %s Attached=True", claim.Status.Devices, r.Device)
 	}
@@ -204,7 +193,7 @@ func TestSchedulerRetriesFailedAttach(t *testing.T) {
 	c.runAttacher(t, "node-a", "gpu-0")
 	c.createPod(t, "pod0")
 	poll(t, time.Minute, "claim pod0 allocated on node-a and its attach failed", func() bool {
-		return attachedCondition(c.claim(t, "pod0"), "AttachFailed") != nil
+		return attach.TrueCondition(c.claim(t, "pod0"), "AttachFailed") != nil
 	})
 	poll(t, time.Minute, "claim pod0 deallocated after the failed attach", func() bool {
 		return c.claim(t, "pod0").Status.Allocation == nil
@@ -216,7 +205,7 @@ func TestSchedulerRetriesFailedAttach(t *testing.T) {
 	c.runAttacher(t, "node-b")
 	poll(t, 3*time.Minute, "pod0 bound to node-b", func() bool { return c.podNode(t, "pod0") == "node-b" })
 	claim := c.claim(t, "pod0")
-	if r := claim.Status.Allocation.Devices.Results; len(r) != 1 || r[0].Pool != "node-b" || attachedCondition(claim, "Attached") == nil {
+	if r := claim.Status.Allocation.Devices.Results; len(r) != 1 || r[0].Pool != "node-b" || attach.TrueCondition(claim, "Attached") == nil {
 		t.Errorf("claim %+v, want allocated from node-b and attached", claim.Status)
 	}
 }

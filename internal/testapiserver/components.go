@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -15,10 +16,16 @@ import (
 // path, for control-plane binaries run beside the server.
 func (s *Server) Kubeconfig(t testing.TB) string {
 	t.Helper()
-	cfg := s.Config
+	return WriteKubeconfig(t, s.Config)
+}
+
+// WriteKubeconfig turns a rest.Config of an envtest server into a kubeconfig file in a temporary
+// directory, as a user or a control-plane binary would have, and returns its path.
+func WriteKubeconfig(t testing.TB, cfg *rest.Config) string {
+	t.Helper()
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
 	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
 	kc.CurrentContext = "envtest"
 	path := filepath.Join(t.TempDir(), "kubeconfig")
@@ -36,11 +43,12 @@ func (s *Server) Kubeconfig(t testing.TB) string {
 func (s *Server) StartScheduler(t testing.TB, release string, keep []string, flags ...string) {
 	t.Helper()
 	binary := ReleaseBinary(t, release, "kube-scheduler")
-	s.runComponent(t, binary, keep, append([]string{"--kubeconfig", s.Kubeconfig(t), "--leader-elect=false", "--secure-port=0"}, flags...)...)
+	RunComponent(t, binary, keep, append([]string{"--kubeconfig", s.Kubeconfig(t), "--leader-elect=false", "--secure-port=0"}, flags...)...)
 }
 
-// runComponent runs a control-plane binary until the test ends.
-func (s *Server) runComponent(t testing.TB, binary string, keep []string, args ...string) {
+// RunComponent runs a control-plane binary (flags included in args) until the test ends; its log
+// lines that contain any of keep, and its error lines, are shown when the test fails.
+func RunComponent(t testing.TB, binary string, keep []string, args ...string) {
 	t.Helper()
 	name := filepath.Base(binary)
 	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
