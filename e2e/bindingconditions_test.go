@@ -67,16 +67,23 @@ func TestBindingConditions(t *testing.T) {
 	time.Sleep(5 * time.Second) // the plugins' fault informers
 	applyUpstream(t, c, "binding-conditions", version, ns)
 	claims := draclient.New(c.Clientset).ResourceClaims(ns)
-	claimOf := func() *resourceapi.ResourceClaim {
+	// claimOf is the claim the demo's template made for pod0 (nil before it exists).
+	claimOf := func() (*resourceapi.ResourceClaim, error) {
 		list, err := claims.List(context.Background(), metav1.ListOptions{})
-		if err != nil || len(list.Items) != 1 {
-			t.Fatalf("the demo's claims: %v, %v", list, err)
+		if err != nil {
+			return nil, err
 		}
-		return &list.Items[0]
+		if len(list.Items) != 1 {
+			return nil, fmt.Errorf("the demo's namespace holds %d claims, want 1", len(list.Items))
+		}
+		return &list.Items[0], nil
 	}
 	failed := 0
 	framework.Eventually(t, 3*time.Minute, "two failed attaches of the demo's claim, each deallocated by the scheduler", func() (bool, error) {
-		claim := claimOf()
+		claim, err := claimOf()
+		if err != nil {
+			return false, err
+		}
 		if attach.TrueCondition(claim, "AttachFailed") != nil && failed%2 == 0 {
 			failed++
 			t.Logf("attach %d failed: %s", failed/2+1, attach.TrueCondition(claim, "AttachFailed").Message)
@@ -97,7 +104,10 @@ func TestBindingConditions(t *testing.T) {
 	}
 	faulted = nil
 	c.WaitForPodPhase(t, ns, "pod0", 3*time.Minute, corev1.PodRunning)
-	claim := claimOf()
+	claim, err := claimOf()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cond := attach.TrueCondition(claim, "Attached")
 	if claim.Status.Allocation == nil || len(claim.Status.ReservedFor) != 1 || cond == nil || cond.Reason != "Attached" {
 		t.Errorf("the demo's claim: allocation %v, reservedFor %v, devices %+v; want allocated, reserved, Attached=True",
