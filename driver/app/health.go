@@ -62,12 +62,20 @@ func (p *instance) startHealth(ctx context.Context) {
 	p.stopFaults = func() { cancel(); <-done; broadcaster.Shutdown() }
 }
 
+// updateHealthMetrics counts the faults that make devices unhealthy; an attach failure leaves its
+// device healthy and is not one.
 func (p *instance) updateHealthMetrics(current faults.Faults) {
 	byKind := map[string]int{}
-	for _, f := range current {
+	for _, f := range current.Unhealthy() {
 		byKind[string(f.Kind)]++
 	}
-	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, faults.KindNames())
+	var kinds []string
+	for _, k := range faults.Kinds {
+		if k.Unhealthy() {
+			kinds = append(kinds, string(k))
+		}
+	}
+	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, kinds)
 }
 
 // noFaults is the source of a plugin without a faults ConfigMap.
