@@ -69,13 +69,7 @@ func (p *instance) updateHealthMetrics(current faults.Faults) {
 	for _, f := range current.Unhealthy() {
 		byKind[string(f.Kind)]++
 	}
-	var kinds []string
-	for _, k := range faults.Kinds {
-		if k.Unhealthy() {
-			kinds = append(kinds, string(k))
-		}
-	}
-	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, kinds)
+	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, faults.UnhealthyKindNames())
 }
 
 // noFaults is the source of a plugin without a faults ConfigMap.

@@ -39,6 +39,17 @@ var Kinds = []Kind{KindXID, KindFallenOff, KindAttachFailure}
 // so to the kubelet and to the pods using it.
 func (k Kind) Unhealthy() bool { return k != KindAttachFailure }
 
+// UnhealthyKindNames returns the names of the Kinds that make devices unhealthy (and taint them).
+func UnhealthyKindNames() []string {
+	var out []string
+	for _, k := range Kinds {
+		if k.Unhealthy() {
+			out = append(out, string(k))
+		}
+	}
+	return out
+}
+
 // Unhealthy is the faults that make their devices unhealthy (see Kind.Unhealthy).
 func (f Faults) Unhealthy() Faults {
 	out := make(Faults, len(f))

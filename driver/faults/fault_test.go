@@ -143,6 +143,9 @@ func TestUnhealthy(t *testing.T) {
 	if len(got) != 2 || got["gpu-0"].Kind != KindXID || got["gpu-1"].Kind != KindFallenOff {
 		t.Errorf("Unhealthy() = %v, want gpu-0 and gpu-1 only", got)
 	}
+	if got := UnhealthyKindNames(); strings.Join(got, ",") != "xid,fallen-off" {
+		t.Errorf("UnhealthyKindNames() = %v, want xid, fallen-off", got)
+	}
 	if _, err := ParseKind("attach-failure"); err != nil {
 		t.Errorf("ParseKind(attach-failure): %v", err)
 	}
