@@ -180,18 +180,26 @@ func createPendingPod(ctx context.Context, cs kubernetes.Interface, class string
 // timeKubectlDra runs `kubectl dra ARGS...` once and returns how long the whole command took. Its
 // output is kept in o.WorkDir (kubectl-dra-ARGS.txt), to see what it answered.
 func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Duration, error) {
+	d, _, err := runKubectlDra(ctx, o, args...)
+	return d, err
+}
+
+// runKubectlDra is timeKubectlDra that also returns the CPU time (user and system) the command
+// took, which the machine's other work does not inflate as it does the wall time.
+func runKubectlDra(ctx context.Context, o Options, args ...string) (wall, cpu time.Duration, err error) {
 	if o.KubectlDra == "" {
-		return 0, nil
+		return 0, 0, nil
 	}
 	cmd := exec.CommandContext(ctx, o.KubectlDra, append(args, "--kubeconfig", o.Kubeconfig)...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	d := time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
+		return 0, 0, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
 	}
+	cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	name := "kubectl-dra-" + strings.NewReplacer("/", "-", " ", "-").Replace(strings.Join(args, " ")) + ".txt"
-	return d, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
+	return d, cpu, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
 }
 
 // upstreamResult is our webhook against the upstream example webhook at the largest fleet,

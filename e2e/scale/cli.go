@@ -23,8 +23,9 @@ type CLIOptions struct {
 	// Assets holds etcd and kube-apiserver of the release to measure.
 	Assets string
 	// RuntimeConfig is kube-apiserver's --runtime-config; empty serves the release's defaults
-	// (1.32 needs resource.k8s.io/v1beta1=true).
-	RuntimeConfig string
+	// (1.32 needs resource.k8s.io/v1beta1=true), FeatureGates its --feature-gates (1.32:
+	// DynamicResourceAllocation=true).
+	RuntimeConfig, FeatureGates string
 	// EtcdDir keeps the fleet between runs: a second run with the same directory skips the
 	// writing. Empty: a temporary directory.
 	EtcdDir     string
@@ -76,6 +77,9 @@ func RunCLI(ctx context.Context, o CLIOptions, out io.Writer) error {
 		APIServer: &envtest.APIServer{}, Etcd: &envtest.Etcd{DataDir: o.EtcdDir}}}
 	if o.RuntimeConfig != "" {
 		env.ControlPlane.GetAPIServer().Configure().Set("runtime-config", o.RuntimeConfig)
+	}
+	if o.FeatureGates != "" {
+		env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", o.FeatureGates)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -135,12 +139,13 @@ func fillCLI(ctx context.Context, cs kubernetes.Interface, o CLIOptions) error {
 }
 
 // timeCLI times status and why with every binary, round by round, and prints each binary's
-// times (sorted) per command.
+// wall and CPU times per command.
 func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer) error {
 	commands := [][]string{{"status"}, {"why", "pod/" + whyPod, "-n", loadNamespace}}
 	times := make([][][]time.Duration, len(o.KubectlDra))
+	cpus := make([][][]time.Duration, len(o.KubectlDra))
 	for b := range times {
-		times[b] = make([][]time.Duration, len(commands))
+		times[b], cpus[b] = make([][]time.Duration, len(commands)), make([][]time.Duration, len(commands))
 	}
 	for range o.Runs {
 		for b, bin := range o.KubectlDra {
@@ -149,17 +154,18 @@ func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer
 				return err
 			}
 			for c, args := range commands {
-				d, err := timeKubectlDra(ctx, ob, args...)
+				d, cpu, err := runKubectlDra(ctx, ob, args...)
 				if err != nil {
 					return err
 				}
-				times[b][c] = append(times[b][c], d)
+				times[b][c], cpus[b][c] = append(times[b][c], d), append(cpus[b][c], cpu)
 			}
 		}
 	}
-	fmt.Fprintf(out, "| kubectl-dra | `kubectl dra status` | `kubectl dra why pod/%s` |\n|---|---|---|\n", whyPod)
+	fmt.Fprintf(out, "| kubectl-dra | `kubectl dra status` | its CPU | `kubectl dra why pod/%s` | its CPU |\n|---|---|---|---|---|\n", whyPod)
 	for b, bin := range o.KubectlDra {
-		fmt.Fprintf(out, "| %s | %s | %s |\n", bin, secondsRange(times[b][0]), secondsRange(times[b][1]))
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s |\n", bin, secondsRange(times[b][0]), secondsRange(cpus[b][0]),
+			secondsRange(times[b][1]), secondsRange(cpus[b][1]))
 	}
 	return nil
 }

@@ -68,6 +68,7 @@ func main() {
 	cliRuns := fs.Int("cli-runs", 5, "with --cli-only: rounds of status and why per binary")
 	cliEtcd := fs.String("cli-etcd-dir", "", "with --cli-only: etcd data directory kept between runs, so that a second run skips writing the fleet (empty: a temporary one)")
 	runtimeConfig := fs.String("runtime-config", "", "with --cli-only: kube-apiserver's --runtime-config (1.32: resource.k8s.io/v1beta1=true)")
+	featureGates := fs.String("feature-gates", "", "with --cli-only: kube-apiserver's --feature-gates (1.32: DynamicResourceAllocation=true)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -76,7 +77,7 @@ func main() {
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
 	if *cliOnly {
-		co := scale.CLIOptions{Assets: o.BaselineAssets, RuntimeConfig: *runtimeConfig, EtcdDir: *cliEtcd, ChartRender: o.ChartRender,
+		co := scale.CLIOptions{Assets: o.BaselineAssets, RuntimeConfig: *runtimeConfig, FeatureGates: *featureGates, EtcdDir: *cliEtcd, ChartRender: o.ChartRender,
 			NodeGroups: o.NodeGroups, WorkDir: o.WorkDir, Nodes: o.Nodes[len(o.Nodes)-1], Claims: o.Claims, Workers: o.Workers,
 			KubectlDra: strings.Split(o.KubectlDra, ","), Runs: *cliRuns}
 		if err := scale.RunCLI(ctx, co, os.Stdout); err != nil {
