@@ -28,17 +28,15 @@ render=charts/charttest/testdata/k8s-1.$minor.golden
 [ -f "$render" ] || render=charts/charttest/testdata/k8s-1.34.golden
 
 if [ -n "${SCALE_CLI_ONLY:-}" ]; then
-  cli_flags=()
-  if [ "$minor" -le 32 ]; then
-    cli_flags=(--runtime-config resource.k8s.io/v1beta1=true --feature-gates DynamicResourceAllocation=true)
-  fi
+  # The fleet's generators write resource.k8s.io/v1, which 1.34 is the first to serve.
+  [ "$minor" -ge 34 ] || die "SCALE_CLI_ONLY=1 needs K8S_VERSION 1.34 or later (resource.k8s.io/v1); got $K8S_VERSION"
   baseline_assets=$("$HERE/envtest-assets.sh")
   mkdir -p _output/scale/cli
   step "kubectl dra status and why on Kubernetes v$K8S_VERSION: $last nodes (log: _output/scale/cli.log)"
   go build -o _output/bin/scale ./e2e/cmd/scale
   _output/bin/scale --cli-only --baseline-assets "$baseline_assets" --chart-render "$render" \
     --nodes "$last" --claims "${SCALE_CLAIMS:-1.0}" --kubectl-dra "${SCALE_KUBECTL_DRA:-_output/bin/kubectl-dra}" \
-    --cli-runs "${SCALE_CLI_RUNS:-5}" --work-dir _output/scale/cli "${cli_flags[@]}" 2> >(tee _output/scale/cli.log >&2) \
+    --cli-runs "${SCALE_CLI_RUNS:-5}" --work-dir _output/scale/cli 2> >(tee _output/scale/cli.log >&2) \
     | tee _output/scale/cli.md
   exit 0
 fi

@@ -22,9 +22,8 @@ import (
 type CLIOptions struct {
 	// Assets holds etcd and kube-apiserver of the release to measure.
 	Assets string
-	// RuntimeConfig is kube-apiserver's --runtime-config; empty serves the release's defaults
-	// (1.32 needs resource.k8s.io/v1beta1=true), FeatureGates its --feature-gates (1.32:
-	// DynamicResourceAllocation=true).
+	// RuntimeConfig is kube-apiserver's --runtime-config, FeatureGates its --feature-gates; empty
+	// serves the release's defaults. The fleet is written as resource.k8s.io/v1 (1.34 or later).
 	RuntimeConfig, FeatureGates string
 	// EtcdDir keeps the fleet between runs: a second run with the same directory skips the
 	// writing. Empty: a temporary directory.

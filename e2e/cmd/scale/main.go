@@ -67,8 +67,8 @@ func main() {
 	cliOnly := fs.Bool("cli-only", false, "only time kubectl dra status and why, on a kube-apiserver of its own (--baseline-assets) holding the largest of --nodes and --claims; --kubectl-dra may name several binaries, comma-separated, timed in turn")
 	cliRuns := fs.Int("cli-runs", 5, "with --cli-only: rounds of status and why per binary")
 	cliEtcd := fs.String("cli-etcd-dir", "", "with --cli-only: etcd data directory kept between runs, so that a second run skips writing the fleet (empty: a temporary one)")
-	runtimeConfig := fs.String("runtime-config", "", "with --cli-only: kube-apiserver's --runtime-config (1.32: resource.k8s.io/v1beta1=true)")
-	featureGates := fs.String("feature-gates", "", "with --cli-only: kube-apiserver's --feature-gates (1.32: DynamicResourceAllocation=true)")
+	runtimeConfig := fs.String("runtime-config", "", "with --cli-only: kube-apiserver's --runtime-config (the fleet is written as resource.k8s.io/v1: 1.34 or later)")
+	featureGates := fs.String("feature-gates", "", "with --cli-only: kube-apiserver's --feature-gates")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
