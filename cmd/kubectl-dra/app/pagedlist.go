@@ -14,7 +14,7 @@ import (
 
 // Page sizes: how many objects one list request asks for. Each page costs the API server a walk of
 // its watch cache and the client a round trip, so a list of 40,000 claims in pages of 500 (80
-// pages) took 18 s where pages of 5,000 (8 pages) take 3 to 5 s. What bounds a page is its size
+// pages) took 18 s where pages of 5,000 (8 pages) take 2 to 5 s. What bounds a page is its size
 // in memory, decoded, while the next one is read: 5,000 claims (as keptClaim keeps them, an
 // allocation each) or 5,000 nodes' names and labels are a few megabytes, where 500 slices of 8
 // GPUs are about ten: slices go 1,000 at a time. The rest (classes, taint rules) are few and go
@@ -28,18 +28,17 @@ const (
 
 // listInPages lists in pages of opts.Limit (listPageSize if unset) with client-go's pager, handing
 // each object to each and counting the pages on p. start runs before the first page and again if
-// the list starts over, so that what each gathered can be dropped. Each page is let go once each has seen its
-// objects (each keeps what status and why read, not the object), and the pager fetches the next
-// page only once the last one is handed over: at most two pages are held decoded.
+// the list starts over, so that what each gathered can be dropped. Each page is let go once each
+// has seen its objects (each keeps what status and why read, not the object), and the pager
+// fetches the next page only once the last one is handed over: at most two pages are held decoded.
 //
 // Which resourceVersion: none (""), the consistent read, with a limit. From 1.34 on
 // (ListFromCacheSnapshot, beta and on by default) the API server serves such a list from its watch
 // cache, the first page once the cache has caught up with etcd and every further page from the
 // cache's snapshot at the first page's revision; before that (1.32, 1.33) the server reads each
-// page from etcd, one bounded range read, as `kubectl get` does. resourceVersion "0"
-// would be served from the cache on every release, but the cache ignores the limit with it
-// (through 1.37): one response holding every claim, the request this tool must not make on a
-// large cluster.
+// page from etcd, one bounded range read, as `kubectl get` does. resourceVersion "0" would be
+// served from the cache on every release, but the cache ignores the limit with it (through 1.37):
+// one response holding every claim, the request this tool must not make on a large cluster.
 //
 // A continue token expires when the revision it reads at is compacted (etcd) or has left the
 // cache's snapshots: the server answers 410 Gone. The list then starts over once, at the newest

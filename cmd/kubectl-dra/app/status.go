@@ -52,8 +52,8 @@ UNHEALTHY in the totals, whether or not a claim holds it.
 It reads with your credentials: ResourceSlices, ResourceClaims in all namespaces and, where the
 cluster serves them, DeviceTaintRules, plus Nodes with -l or --node, each listed in pages (5,000
 claims or nodes, 1,000 slices a request; from the API server's watch cache on Kubernetes 1.34 and
-later); or all of them from
---cluster-state (e.g. the output of "kubectl get resourceslices,resourceclaims -A -o yaml").`,
+later); or all of them from --cluster-state (e.g. the output of "kubectl get
+resourceslices,resourceclaims -A -o yaml").`,
 		Example: `  # Every GPU of the cluster and who holds it
   kubectl dra status
 
