@@ -192,11 +192,20 @@ func TestSchedulerRetriesFailedAttach(t *testing.T) {
 	c.addNode(t, "node-a", 1)
 	c.runAttacher(t, "node-a", "gpu-0")
 	c.createPod(t, "pod0")
+	var failed *metav1.Time
 	poll(t, time.Minute, "claim pod0 allocated on node-a and its attach failed", func() bool {
-		return attach.TrueCondition(c.claim(t, "pod0"), "AttachFailed") != nil
+		claim := c.claim(t, "pod0")
+		if attach.TrueCondition(claim, "AttachFailed") == nil {
+			return false
+		}
+		failed = claim.Status.Allocation.AllocationTimestamp
+		return true
 	})
+	// The scheduler allocates again within milliseconds of deallocating, so a poll can miss the
+	// moment without an allocation: a later allocation shows the failed one was given up too.
 	poll(t, time.Minute, "claim pod0 deallocated after the failed attach", func() bool {
-		return c.claim(t, "pod0").Status.Allocation == nil
+		a := c.claim(t, "pod0").Status.Allocation
+		return a == nil || !a.AllocationTimestamp.Equal(failed)
 	})
 	if n := c.podNode(t, "pod0"); n != "" {
 		t.Fatalf("pod0 bound to %s although its attach failed", n)
