@@ -63,6 +63,12 @@ func main() {
 	fs.Func("claims-rates", "comma-separated rates of template and pod reviews straight to the webhook at the largest fleet, with the claims held and against --upstream-webhook (default 1000,2000)", intList(&o.ClaimsRates))
 	fs.IntVar(&o.ChurnRate, "claims-churn", o.ChurnRate, "allocations changed per second while template reviews run at the first claims rate (0: skip)")
 	fs.DurationVar(&o.ReviewDeadline, "review-deadline", o.ReviewDeadline, "what a template review should stay within while the claims change")
+	var mo scale.MemoryOptions
+	fs.Func("memory-webhooks", "comma-separated gpu-webhook binaries: measure only their memory at the largest of --nodes, on a control plane of its own from --baseline-assets, round by round (no --kubeconfig needed)", func(s string) error {
+		mo.Webhooks = strings.Split(s, ",")
+		return nil
+	})
+	fs.IntVar(&mo.Rounds, "memory-rounds", 3, "rounds of --memory-webhooks")
 	fs.StringVar(&o.Upstream, "upstream-webhook", "", "dra-example-webhook binary (kubernetes-sigs/dra-example-driver) compared with ours at the largest fleet (empty: skip)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -71,7 +77,11 @@ func main() {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
-	if err := scale.Run(ctx, o, os.Stdout); err != nil {
+	run := func() error { return scale.Run(ctx, o, os.Stdout) }
+	if len(mo.Webhooks) > 0 {
+		run = func() error { return scale.Memory(ctx, o, mo, os.Stdout) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 // Held judges claims against what the current allocations leave free: the diagnosis, run within
@@ -42,10 +43,10 @@ type Held struct {
 	failed error
 }
 
-// ClaimLister reads the cluster's ResourceClaims, of which only the metadata and
-// status.allocation (and reservedFor, for the names of the pods holding devices) matter here.
+// ClaimLister reads the cluster's ResourceClaims as a fleet reads them: name, allocation and
+// consumers (for the names of the pods holding devices).
 type ClaimLister interface {
-	Claims() ([]*resourceapi.ResourceClaim, error)
+	Claims() ([]*deviceusage.Claim, error)
 }
 
 // HeldOption configures a Held.

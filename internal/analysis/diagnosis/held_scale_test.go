@@ -16,6 +16,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
@@ -68,7 +69,7 @@ type liveClaims struct {
 	held chan struct{}
 }
 
-func (l *liveClaims) Claims() ([]*resourceapi.ResourceClaim, error) {
+func (l *liveClaims) Claims() ([]*deviceusage.Claim, error) {
 	l.mu.Lock()
 	held := l.held
 	l.mu.Unlock()
@@ -77,9 +78,9 @@ func (l *liveClaims) Claims() ([]*resourceapi.ResourceClaim, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]*resourceapi.ResourceClaim, 0, len(l.byName))
+	out := make([]*deviceusage.Claim, 0, len(l.byName))
 	for _, c := range l.byName {
-		out = append(out, c)
+		out = append(out, deviceusage.ClaimOf(c))
 	}
 	return out, nil
 }

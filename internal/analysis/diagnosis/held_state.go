@@ -121,6 +121,6 @@ func (h *Held) build() (*heldState, error) {
 	for i, sl := range s.Slices() {
 		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
 	}
-	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Claims: claims, BusyPoolsOnly: true})
+	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Kept: claims, BusyPoolsOnly: true})
 	return &heldState{snapshot: s, fleet: fl, devices: fleetIndex(s, fl), answers: lru.New(heldCacheSize)}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
@@ -22,7 +23,7 @@ type countedClaims struct {
 	lists atomic.Int64
 }
 
-func (c *countedClaims) Claims() ([]*resourceapi.ResourceClaim, error) {
+func (c *countedClaims) Claims() ([]*deviceusage.Claim, error) {
 	c.lists.Add(1)
 	return c.liveClaims.Claims()
 }

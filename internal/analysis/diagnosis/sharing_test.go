@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
@@ -76,7 +77,13 @@ func (f fakeServed) PartitionableDevices(_ context.Context, slices []*resourceap
 // claimList is a fixed ClaimLister.
 type claimList []*resourceapi.ResourceClaim
 
-func (c claimList) Claims() ([]*resourceapi.ResourceClaim, error) { return c, nil }
+func (c claimList) Claims() ([]*deviceusage.Claim, error) {
+	out := make([]*deviceusage.Claim, len(c))
+	for i, cl := range c {
+		out[i] = deviceusage.ClaimOf(cl)
+	}
+	return out, nil
+}
 
 // heldClaims makes one allocated claim per entry: node/device to the capacity it consumes (a
 // share when any, else the whole device), reserved for a pod.
