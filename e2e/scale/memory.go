@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +22,10 @@ type MemoryOptions struct {
 	// Webhooks are gpu-webhook binaries measured in turn, round by round (before and after a
 	// change, interleaved so that both see the same host).
 	Webhooks []string
-	Rounds   int
+	// GOMemLimits, when set, are the GOMEMLIMIT each of Webhooks runs with where the chart's
+	// applies ("" for the chart's): a binary before a change of the chart against one after.
+	GOMemLimits []string
+	Rounds      int
 }
 
 // maxRounds bounds MemoryOptions.Rounds.
@@ -45,6 +47,14 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 	}
 	if len(mo.Webhooks) == 0 || mo.Rounds < 1 || mo.Rounds > maxMemoryRounds {
 		return fmt.Errorf("--memory-webhooks=%v, --memory-rounds=%d: want at least one binary and 1..%d rounds", mo.Webhooks, mo.Rounds, maxMemoryRounds)
+	}
+	if len(mo.GOMemLimits) > 0 && len(mo.GOMemLimits) != len(mo.Webhooks) {
+		return fmt.Errorf("--memory-gomemlimits=%v: want one per --memory-webhooks binary (%d), empty for the chart's", mo.GOMemLimits, len(mo.Webhooks))
+	}
+	for _, l := range mo.GOMemLimits {
+		if l != "" && !memLimit.MatchString(l) {
+			return fmt.Errorf("--memory-gomemlimits: %q: want a size as Go reads GOMEMLIMIT, e.g. 128MiB", l)
+		}
 	}
 	logger := klog.FromContext(ctx)
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
@@ -104,11 +114,13 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 	if err := m.writeClaims(ctx, cfg, cs, driver); err != nil {
 		return err
 	}
-	asChart := o
-	asChart.GOGC, asChart.GOMemLimit = ch.gogc, strconv.FormatInt(ch.memoryLimit, 10)
 	fmt.Fprintf(out, "\n### %d claims held\n\n", m.claims)
 	for round := range mo.Rounds {
-		for _, bin := range mo.Webhooks {
+		for i, bin := range mo.Webhooks {
+			asChart := ch.asChart(o)
+			if len(mo.GOMemLimits) > 0 && mo.GOMemLimits[i] != "" {
+				asChart.GOMemLimit = mo.GOMemLimits[i]
+			}
 			if err := m.withClaims(ctx, out, bin, round, o, asChart); err != nil {
 				return err
 			}
@@ -137,7 +149,7 @@ type memoryReading struct {
 func (r memoryReading) String() string {
 	s := fmt.Sprintf("RSS %.1f (anon %.1f, file %.1f), peak %.1f", mib(r.RSS), mib(r.Anon), mib(r.RSS-r.Anon), mib(r.HWM))
 	if r.Live > 0 {
-		s += fmt.Sprintf(", live heap %.1f, heap in use %.1f", mib(r.Live), mib(r.HeapInuse))
+		s += fmt.Sprintf(", live heap %.1f, heap in use %.1f, stacks %.1f", mib(r.Live), mib(r.HeapInuse), mib(r.StackInuse))
 	}
 	if r.Ready > 0 {
 		s += fmt.Sprintf(", ready after %.1f s", r.Ready.Seconds())

@@ -69,6 +69,10 @@ func main() {
 		return nil
 	})
 	fs.IntVar(&mo.Rounds, "memory-rounds", 3, "rounds of --memory-webhooks")
+	fs.Func("memory-gomemlimits", "comma-separated GOMEMLIMIT of each --memory-webhooks binary where the chart's applies (empty entry: the chart's)", func(s string) error {
+		mo.GOMemLimits = strings.Split(s, ",")
+		return nil
+	})
 	fs.StringVar(&o.Upstream, "upstream-webhook", "", "dra-example-webhook binary (kubernetes-sigs/dra-example-driver) compared with ours at the largest fleet (empty: skip)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
