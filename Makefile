@@ -32,7 +32,7 @@ FUZZTIME ?= 10s
 # Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/clusterupgrade/.
 UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$')
 
-.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-upgrade e2e-upgrade-newest demo \
+.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-podgroups e2e-upgrade e2e-upgrade-newest demo \
 	cluster-up cluster-down images envtest-assets envtest-releases clean help
 
 all: build
@@ -103,6 +103,9 @@ e2e-newest: deps images ## the e2e suite on the newest release ($(K8S_RELEASE_NE
 
 e2e-matrix: deps images ## the e2e suite on $(K8S_RELEASE_OLDEST) (seed's beta flags), $(K8S_RELEASE_SEED) and $(K8S_RELEASE_NEWEST)
 	@e2e/run.sh matrix
+
+e2e-podgroups: deps images ## TestPodGroups on a local $(K8S_RELEASE_NEWEST) cluster with PodGroups served (their gates and scheduling.k8s.io/v1beta1 on)
+	@e2e/run.sh podgroups
 
 e2e-upgrade: deps images ## the seed's story as an in-place upgrade $(K8S_RELEASE_OLDEST) -> $(K8S_RELEASE_UPGRADE_VIA) -> $(K8S_RELEASE_SEED) (own cluster; ~25 min cold)
 	@e2e/clusterupgrade.sh

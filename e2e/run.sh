@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Run the end-to-end suite: on the cluster $KUBECONFIG names, or on a local cluster started here and
 # stopped afterwards. `run.sh matrix` runs it on each release of hack/buildenv/build.env: the
-# oldest (with the seed's beta flags), the seed's and the newest.
+# oldest (with the seed's beta flags), the seed's and the newest, then the PodGroup phase.
+# `run.sh podgroups` is that phase alone: TestPodGroups on a local cluster of the newest release
+# started with PodGroups served. Their gates (beta in 1.37 but off by default) switch on the
+# scheduler's workload scheduling and the claim controller's PodGroup handling for every pod, so the
+# rest of the suite keeps the release's defaults and meets them only in TestPodGroups, which there
+# checks what a cluster without PodGroups says.
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
 
 run_suite() {
-  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION.log"
+  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION${E2E_PHASE:+-$E2E_PHASE}.log"
 }
 
 local_suite() {
@@ -26,6 +31,15 @@ local_suite() {
   trap - EXIT
 }
 
+# podgroups_phase: TestPodGroups on the newest release with PodGroups (KEP-5729) served.
+podgroups_phase() {
+  (
+    export K8S_VERSION=$K8S_RELEASE_NEWEST E2E_PHASE=podgroups E2E_RUN='^TestPodGroups$' E2E_SKIP=
+    export RUNTIME_CONFIG=scheduling.k8s.io/v1beta1=true FEATURE_GATES=GenericWorkload=true,DRAWorkloadResourceClaims=true
+    local_suite
+  )
+}
+
 mkdir -p "$REPO/_output"
 # The suite installs the chart with the helm CLI.
 "$HERE/build-tools.sh" helm
@@ -38,6 +52,9 @@ if [ "${1:-}" = matrix ]; then
     export K8S_VERSION=$v
     local_suite
   done
+  podgroups_phase
+elif [ "${1:-}" = podgroups ]; then
+  podgroups_phase
 elif [ -n "${KUBECONFIG:-}" ]; then
   step "running the e2e suite on the cluster of KUBECONFIG=$KUBECONFIG"
   export PATH=$(k8s_bin_dir "$K8S_VERSION"):$(tools_bin_dir):$PATH

@@ -3,7 +3,9 @@ package charttest
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -78,5 +80,47 @@ func TestDashboardDisabled(t *testing.T) {
 		if _, ok := mustRender(t, capabilities(t, clusters[2]), values(t, set)).find("ConfigMap", releaseName+"-dashboard"); ok {
 			t.Errorf("%s: a dashboard ConfigMap", set)
 		}
+	}
+}
+
+// TestDashboardDocumented: docs/metrics.md lists every panel of the dashboard, and nothing else,
+// and each metric a row names is one its panel queries.
+func TestDashboardDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Dashboard panels\n")
+	if !ok {
+		t.Fatal("docs/metrics.md has no \"## Dashboard panels\" section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\| ([^|]+?) \| (.+) \|$`).FindAllStringSubmatch(section, -1) {
+		if m[1] != "panel" && !strings.HasPrefix(m[1], "---") {
+			documented[m[1]] = m[2]
+		}
+	}
+	d, _ := renderedDashboard(t)
+	metric := regexp.MustCompile("`((gpu_dra|controller_runtime)_[a-z_]+)")
+	for _, p := range d.Panels {
+		shows, ok := documented[p.Title]
+		if !ok {
+			t.Errorf("panel %q is not in docs/metrics.md's panel list", p.Title)
+			continue
+		}
+		delete(documented, p.Title)
+		for _, m := range metric.FindAllStringSubmatch(shows, -1) {
+			queried := false
+			for _, tg := range p.Targets {
+				queried = queried || strings.Contains(tg.Expr, m[1])
+			}
+			if !queried {
+				t.Errorf("panel %q: the docs say it shows %s; its queries do not read it", p.Title, m[1])
+			}
+		}
+	}
+	for title := range documented {
+		t.Errorf("docs/metrics.md lists a panel %q the dashboard does not have", title)
 	}
 }

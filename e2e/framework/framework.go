@@ -111,6 +111,12 @@ func (c *Cluster) KubectlWarnings(t *testing.T, stdin []byte, args ...string) (s
 	return stdout, stderr
 }
 
+// KubectlAll runs kubectl with stdin (nil for none) and returns stdout, stderr (where the warnings
+// of admission webhooks are) and the error, for a test that expects either outcome.
+func (c *Cluster) KubectlAll(stdin []byte, args ...string) (stdout, stderr string, err error) {
+	return c.kubectl(stdin, args...)
+}
+
 func (c *Cluster) kubectl(stdin []byte, args ...string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

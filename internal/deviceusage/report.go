@@ -46,6 +46,34 @@ type Total struct {
 	Unhealthy int    `json:"unhealthy"`
 }
 
+// Use is what a Total counts a device as: each device once, an unhealthy one as unhealthy
+// whether or not a claim holds it.
+type Use string
+
+// The uses of a device, as Totals and the webhook's fleet metrics count them.
+const (
+	UseFree      Use = "free"
+	UseAllocated Use = "allocated"
+	UseBlocked   Use = "blocked"
+	UseUnhealthy Use = "unhealthy"
+)
+
+// Uses are all values of Use.
+var Uses = []Use{UseFree, UseAllocated, UseBlocked, UseUnhealthy}
+
+// Use is what the device counts as.
+func (d *Device) Use() Use {
+	switch {
+	case !d.Healthy:
+		return UseUnhealthy
+	case d.State == StateAllocated || d.State == StateShared:
+		return UseAllocated
+	case d.State == StateBlocked:
+		return UseBlocked
+	}
+	return UseFree
+}
+
 // Report returns the selected devices by node and the totals per model.
 func (f *Fleet) Report(sel Selection) *Report {
 	r := &Report{Nodes: []NodeReport{}, Totals: []Total{}, Unpublished: f.Unpublished, Pending: f.Pending}
@@ -72,12 +100,12 @@ func (f *Fleet) Report(sel Selection) *Report {
 			totals[k] = t
 		}
 		t.Devices++
-		switch {
-		case !d.Healthy:
+		switch d.Use() {
+		case UseUnhealthy:
 			t.Unhealthy++
-		case d.State == StateAllocated || d.State == StateShared:
+		case UseAllocated:
 			t.Allocated++
-		case d.State == StateBlocked:
+		case UseBlocked:
 			t.Blocked++
 		default:
 			t.Free++

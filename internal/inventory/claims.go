@@ -116,6 +116,12 @@ type Claim struct {
 	deviceusage.Claim
 	UID             types.UID
 	ResourceVersion string
+	// Created is the creation time in Unix nanoseconds (0: not set), for the fleet metrics'
+	// pending claims.
+	Created int64
+	// PodOwned: the claim has no allocation and a Pod controls it (a claim made from a pod's
+	// template), which the fleet metrics tell pending claims by.
+	PodOwned bool
 }
 
 // GetObjectKind makes Claim a runtime.Object; it carries no type information.
@@ -138,8 +144,8 @@ func (c *Claim) GetObjectMeta() metav1.Object {
 // ClaimList is a list of Claims, as the claims informer's list returns them.
 type ClaimList = CompactList[Claim, *Claim]
 
-// TransformClaim keeps of a claim what the allocator's state and the messages about holders read
-// (Claim). Anything but a *ResourceClaim passes through (tombstones).
+// TransformClaim keeps of a claim what the allocator's state, the messages about holders and the
+// fleet metrics read (Claim). Anything but a *ResourceClaim passes through (tombstones).
 func TransformClaim(obj any) (any, error) {
 	c, ok := obj.(*resourceapi.ResourceClaim)
 	if !ok {
@@ -152,11 +158,19 @@ func TransformClaim(obj any) (any, error) {
 // pool, device, request) are held once.
 func intern(s string) string { return unique.Make(s).Value() }
 
+// KeepClaim is c as the claims informer keeps it.
+func KeepClaim(c *resourceapi.ResourceClaim) *Claim { return transformClaim(c) }
+
 func transformClaim(c *resourceapi.ResourceClaim) *Claim {
 	out := &Claim{UID: c.UID, ResourceVersion: c.ResourceVersion}
 	out.Name, out.Namespace = c.Name, intern(c.Namespace)
+	if !c.CreationTimestamp.IsZero() {
+		out.Created = c.CreationTimestamp.UnixNano()
+	}
 	a := c.Status.Allocation
 	if a == nil {
+		owner := metav1.GetControllerOfNoCopy(c)
+		out.PodOwned = owner != nil && owner.APIVersion == "v1" && owner.Kind == "Pod"
 		return out
 	}
 	out.Allocated = true
@@ -186,14 +200,9 @@ func (c *Claims) Start(ctx context.Context) {
 func (c *Claims) HasSynced() bool { return c.informer.HasSynced() }
 
 // Claims lists the cached claims, or fails with ErrNotSynced until HasSynced.
-func (c *Claims) Claims() ([]*deviceusage.Claim, error) {
+func (c *Claims) Claims() ([]*Claim, error) {
 	if !c.HasSynced() {
 		return nil, ErrNotSynced
 	}
-	kept := list[Claim](c.informer)
-	out := make([]*deviceusage.Claim, len(kept))
-	for i, k := range kept {
-		out[i] = &k.Claim
-	}
-	return out, nil
+	return list[Claim](c.informer), nil
 }

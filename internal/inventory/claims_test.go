@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -62,6 +63,40 @@ func TestTransformClaim(t *testing.T) {
 	pending, _ := TransformClaim(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: full.Spec})
 	if p := pending.(*Claim); p.Allocated || p.Results != nil {
 		t.Errorf("pending claim %+v", p)
+	}
+}
+
+// TestTransformClaimPending: the creation time is kept, and whether a Pod controls a claim without
+// an allocation (what the fleet metrics tell pending claims by).
+func TestTransformClaimPending(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	podRef := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "pod-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	allocation := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "d", Pool: "n", Device: "gpu-0"}}}}
+	for _, tc := range []struct {
+		name       string
+		owners     []metav1.OwnerReference
+		allocation *resourceapi.AllocationResult
+		wantOwner  string
+	}{
+		{name: "pod's template claim", owners: []metav1.OwnerReference{podRef}, wantOwner: "p"},
+		{name: "allocated", owners: []metav1.OwnerReference{podRef}, allocation: allocation},
+		{name: "standalone"},
+		{name: "owned but not controlled", owners: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "pod-uid"}}},
+		{name: "controlled by something else", owners: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "r", UID: "u", Controller: ptr.To(true)}}},
+		{name: "a Pod kind of another group", owners: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", CreationTimestamp: created, OwnerReferences: tc.owners},
+				Status: resourceapi.ResourceClaimStatus{Allocation: tc.allocation}}
+			out, _ := TransformClaim(in)
+			c := out.(*Claim)
+			if c.Created != created.UnixNano() {
+				t.Errorf("created %v, want %v", time.Unix(0, c.Created), created)
+			}
+			if c.PodOwned != (tc.wantOwner != "") {
+				t.Errorf("pod owned %t, want %t", c.PodOwned, tc.wantOwner != "")
+			}
+		})
 	}
 	tombstone := tombstoneObject()
 	if out, _ := TransformClaim(tombstone); out != tombstone {

@@ -49,15 +49,15 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if len(res.Errors) > 0 {
 		denied := res.ErrorMessages()
 		logger.V(2).Info("Denied", "reasons", denied)
-		verdicts.WithLabelValues("denied", gvk.Version).Inc()
+		verdicts.WithLabelValues("denied", gvk.Kind, gvk.Version).Inc()
 		// generateName objects have no name yet; claims made from templates are such.
 		return denial.Invalid(gvk.Kind, denial.Name(req.Name, obj.GenerateName()), denied).WithWarnings(warnings...)
 	}
 	if len(warnings) > 0 {
 		logger.V(2).Info("Admitted with warnings", "warnings", warnings)
-		verdicts.WithLabelValues("warned", gvk.Version).Inc()
+		verdicts.WithLabelValues("warned", gvk.Kind, gvk.Version).Inc()
 	} else {
-		verdicts.WithLabelValues("allowed", gvk.Version).Inc()
+		verdicts.WithLabelValues("allowed", gvk.Kind, gvk.Version).Inc()
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }

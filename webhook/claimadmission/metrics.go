@@ -9,8 +9,8 @@ import (
 // latency per webhook path, this adds what the checks found.
 var verdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpu_dra_claim_validation_verdicts_total",
-	Help: "ResourceClaim and ResourceClaimTemplate admissions by verdict (allowed, warned, denied) and arrived API version.",
-}, []string{"verdict", "version"})
+	Help: "ResourceClaim and ResourceClaimTemplate admissions by verdict (allowed, warned, denied), kind and arrived API version.",
+}, []string{"verdict", "kind", "version"})
 
 func init() {
 	metrics.Registry.MustRegister(verdicts)

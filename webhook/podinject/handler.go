@@ -15,12 +15,14 @@ import (
 
 	"golang.org/x/sync/singleflight"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpu-dra/gpu-dra/webhook/denial"
@@ -141,28 +143,37 @@ func (h *Handler) handle(ctx context.Context, namespace string, dryRun *bool, po
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	p, errs := planInjection(pod, template.Name, containers)
+	perPod := corev1.PodResourceClaim{Name: ClaimName, ResourceClaimTemplateName: ptr.To(template.Name)}
+	entry, groupWarnings, resp, ok := h.groupEntry(ctx, namespace, pod, perPod)
+	if !ok {
+		return resp
+	}
+	p, errs := planInjection(pod, entry, containers)
 	if len(errs) > 0 {
 		return denied(pod, errs)
 	}
 
-	warnings := h.opts.unknownAnnotations(annotations)
+	warnings := append(h.opts.unknownAnnotations(annotations), groupWarnings...)
 	if resp, gone := expired(ctx); gone {
 		return resp
 	}
-	more, err := h.validate(ctx, template)
-	if err != nil {
-		return admission.Denied(fmt.Sprintf("the GPU request of annotation %s is not valid: %v", h.opts.annotation(annCount), err)).WithWarnings(warnings...)
+	// A group's own template or claim is the user's: only a managed template is checked and
+	// created.
+	if managed := entry.ResourceClaimName == nil && ptr.Deref(entry.ResourceClaimTemplateName, "") == template.Name; managed {
+		more, err := h.validate(ctx, template)
+		if err != nil {
+			return admission.Denied(fmt.Sprintf("the GPU request of annotation %s is not valid: %v", h.opts.annotation(annCount), err)).WithWarnings(warnings...)
+		}
+		warnings = append(warnings, more...)
+		if resp, failed := h.ensureUnlessDryRun(ctx, dryRun, template); failed {
+			return resp.WithWarnings(warnings...)
+		}
 	}
-	warnings = append(warnings, more...)
-	if resp, failed := h.ensureUnlessDryRun(ctx, dryRun, template); failed {
-		return resp.WithWarnings(warnings...)
-	}
-	ops := p.patch(pod, template.Name)
+	ops := p.patch(pod, entry)
 	if len(ops) == 0 {
 		return admission.Allowed("the GPU claim is already injected").WithWarnings(warnings...)
 	}
-	logger.V(3).Info("Injecting GPU claim", "template", klog.KObj(template), "count", want.Count, "containers", len(p.containers))
+	logger.V(3).Info("Injecting GPU claim", "entry", describeEntry(entry), "podGroup", pod.podGroupName(), "count", want.Count, "containers", len(p.containers))
 	return admission.Patched("injected the GPU claim", ops...).WithWarnings(warnings...)
 }
 

@@ -25,6 +25,11 @@ type podView struct {
 		ResourceClaims []corev1.PodResourceClaim `json:"resourceClaims"`
 		InitContainers []containerView           `json:"initContainers"`
 		Containers     []containerView           `json:"containers"`
+		// SchedulingGroup names the PodGroup the pod belongs to (a field from 1.36, kept by
+		// the API server with the GenericWorkload gate).
+		SchedulingGroup *struct {
+			PodGroupName *string `json:"podGroupName"`
+		} `json:"schedulingGroup"`
 	} `json:"spec"`
 }
 
@@ -57,6 +62,14 @@ func decodePod(raw []byte) (*podView, error) {
 	return pod, nil
 }
 
+// podGroupName is the PodGroup the pod names in spec.schedulingGroup, or "".
+func (p *podView) podGroupName() string {
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		return *g.PodGroupName
+	}
+	return ""
+}
+
 func (p *podView) name() string {
 	if p.Metadata.Name != "" {
 		return p.Metadata.Name
@@ -73,7 +86,8 @@ type injection struct {
 // planInjection compares the pod with what the annotations ask for. Parts already there are kept
 // (a pod copied from an injected one, or a reinvocation, stays as it is); anything under the
 // webhook's claim name that is not what it would inject is denied rather than overwritten.
-func planInjection(pod *podView, templateName string, chosen []int) (injection, field.ErrorList) {
+// entry is the spec.resourceClaims entry the pod must end up with.
+func planInjection(pod *podView, entry corev1.PodResourceClaim, chosen []int) (injection, field.ErrorList) {
 	var p injection
 	var errs field.ErrorList
 	claimsPath := field.NewPath("spec", "resourceClaims")
@@ -83,12 +97,12 @@ func planInjection(pod *podView, templateName string, chosen []int) (injection, 
 			continue
 		}
 		found = true
-		if rc.ResourceClaimName == nil && rc.ResourceClaimTemplateName != nil && *rc.ResourceClaimTemplateName == templateName {
+		if ptr.Equal(rc.ResourceClaimName, entry.ResourceClaimName) && ptr.Equal(rc.ResourceClaimTemplateName, entry.ResourceClaimTemplateName) {
 			continue
 		}
 		errs = append(errs, field.Invalid(claimsPath.Index(i), rc, fmt.Sprintf(
-			"the claim name %q is reserved for the GPUs the annotations ask for (resourceClaimTemplateName %q); rename this entry and its container references, or remove them and let the webhook inject them",
-			ClaimName, templateName)))
+			"the claim name %q is reserved for the GPUs the annotations ask for (%s); rename this entry and its container references, or remove them and let the webhook inject them",
+			ClaimName, describeEntry(entry))))
 	}
 	p.addClaim = !found
 
@@ -124,10 +138,9 @@ func planInjection(pod *podView, templateName string, chosen []int) (injection, 
 // nothing else. (Diffing re-encoded JSON, as admission.PatchResponseFromRaw does, costs three more
 // passes over the pod and is most of the webhook's latency.) Appending with "-" keeps whatever the
 // user already listed.
-func (p injection) patch(pod *podView, templateName string) []jsonpatch.JsonPatchOperation {
+func (p injection) patch(pod *podView, entry corev1.PodResourceClaim) []jsonpatch.JsonPatchOperation {
 	var ops []jsonpatch.JsonPatchOperation
 	if p.addClaim {
-		entry := corev1.PodResourceClaim{Name: ClaimName, ResourceClaimTemplateName: ptr.To(templateName)}
 		if len(pod.Spec.ResourceClaims) == 0 {
 			ops = append(ops, jsonpatch.NewOperation("add", "/spec/resourceClaims", []corev1.PodResourceClaim{entry}))
 		} else {
@@ -148,4 +161,12 @@ func (p injection) patch(pod *podView, templateName string) []jsonpatch.JsonPatc
 		}
 	}
 	return ops
+}
+
+// describeEntry names what a spec.resourceClaims entry refers to, for messages.
+func describeEntry(e corev1.PodResourceClaim) string {
+	if e.ResourceClaimName != nil {
+		return fmt.Sprintf("resourceClaimName %q", *e.ResourceClaimName)
+	}
+	return fmt.Sprintf("resourceClaimTemplateName %q", ptr.Deref(e.ResourceClaimTemplateName, ""))
 }

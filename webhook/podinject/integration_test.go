@@ -76,6 +76,12 @@ type env struct {
 }
 
 func startEnv(t *testing.T, runtimeConfig string) *env {
+	return startEnvWith(t, nil, testapiserver.WithRuntimeConfig(runtimeConfig))
+}
+
+// startEnvWith starts a kube-apiserver with serverOpts that calls a handler made with the options
+// handlerOpts returns for its clientset (beside the chart's default classes).
+func startEnvWith(t *testing.T, handlerOpts func(kubernetes.Interface) []Option, serverOpts ...testapiserver.Option) *env {
 	data, err := os.ReadFile("testdata/mutatingwebhookconfiguration.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -90,10 +96,14 @@ func startEnv(t *testing.T, runtimeConfig string) *env {
 			svc.Path = ptr.To(strings.TrimPrefix(*svc.Path, "/"))
 		}
 	}
-	srv := testapiserver.Start(t, testapiserver.WithRuntimeConfig(runtimeConfig), testapiserver.WithWebhooks(envtest.WebhookInstallOptions{
+	srv := testapiserver.Start(t, append(serverOpts, testapiserver.WithWebhooks(envtest.WebhookInstallOptions{
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{config},
-	}))
-	h := clusterHandler(t, srv.Clientset, nil, WithDeviceClasses(chartDefault...))
+	}))...)
+	opts := []Option{WithDeviceClasses(chartDefault...)}
+	if handlerOpts != nil {
+		opts = append(opts, handlerOpts(srv.Clientset)...)
+	}
+	h := clusterHandler(t, srv.Clientset, nil, opts...)
 	wo := srv.Env.WebhookInstallOptions
 	return &env{
 		srv:        srv,

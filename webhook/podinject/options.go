@@ -44,6 +44,8 @@ type options struct {
 	// resource name and its implicit deviceclass.resource.kubernetes.io/<class>) to the class.
 	classOf map[corev1.ResourceName]string
 	cluster Cluster
+	// podGroups, when set, lets pods of a PodGroup share the group's claim.
+	podGroups PodGroups
 }
 
 // DeviceClass is one of the DeviceClasses the chart creates.

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -16,16 +18,19 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/servedfeatures"
 	"github.com/gpu-dra/gpu-dra/webhook/claimadmission"
+	"github.com/gpu-dra/gpu-dra/webhook/fleetmetrics"
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
@@ -95,6 +100,9 @@ func Setup(mgr manager.Manager, o *Options) error {
 	})); err != nil {
 		return fmt.Errorf("add managed template informer: %w", err)
 	}
+	if err := registerFleet(h.fleet); err != nil {
+		return err
+	}
 	srv := mgr.GetWebhookServer()
 	for path, handler := range h.routes() {
 		srv.Register(path, handler)
@@ -123,6 +131,21 @@ func Setup(mgr manager.Manager, o *Options) error {
 	return nil
 }
 
+// registerFleet serves c's gauges on the manager's metrics endpoint (controller-runtime's
+// registry), in place of those of an earlier Setup in the same process.
+func registerFleet(c *fleetmetrics.Collector) error {
+	err := metrics.Registry.Register(c)
+	var already prometheus.AlreadyRegisteredError
+	if errors.As(err, &already) {
+		metrics.Registry.Unregister(already.ExistingCollector)
+		err = metrics.Registry.Register(c)
+	}
+	if err != nil {
+		return fmt.Errorf("register fleet metrics: %w", err)
+	}
+	return nil
+}
+
 // featureRefresh is how often the webhook asks the API server again what it serves.
 const featureRefresh = 30 * time.Second
 
@@ -135,6 +158,8 @@ type handlers struct {
 	validator *claimvalidation.Validator
 	injector  *podinject.Handler
 	cluster   *cluster
+	// fleet is summed at each rebuild of the validator's index of current allocations.
+	fleet *fleetmetrics.Collector
 }
 
 // newHandlers wires the handlers to cs as the webhook serves them; nothing runs until run and
@@ -160,7 +185,9 @@ func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
 		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"),
 		servedfeatures.WithStoredClasses(h.informers.DeviceClasses))
-	h.validator = claimvalidation.New(o.DriverName, groups, o.Deny, h.informers, claimvalidation.WithServed(h.features), claimvalidation.WithClaims(h.claims))
+	h.fleet = fleetmetrics.New(o.DriverName, fleetmetrics.WithRefresh(func() { h.validator.InvalidateClaims() }))
+	h.validator = claimvalidation.New(o.DriverName, groups, o.Deny, h.informers, claimvalidation.WithServed(h.features),
+		claimvalidation.WithClaims(h.claims, diagnosis.WithRebuildObserver(h.fleet.Observe)))
 	h.cluster = &cluster{informers: h.informers, features: h.features, cs: cs, shared: h.validator}
 	h.templates = podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
 	injector, err := podinject.NewHandler(h.templates,
@@ -170,6 +197,7 @@ func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 		podinject.WithExcludedNamespaces(o.ExcludedNamespaces...),
 		podinject.WithDeviceClasses(o.DeviceClasses...),
 		podinject.WithCluster(h.cluster),
+		podinject.WithPodGroups(podinject.NewPodGroupClient(cs.Discovery())),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("pod injection: %w", err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
@@ -25,6 +26,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/podgroups"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
 
@@ -123,6 +125,10 @@ type podSummary struct {
 	Node      string `json:"node,omitempty"`
 	// Scheduler is the message of the pod's PodScheduled=False condition.
 	Scheduler string `json:"schedulerMessage,omitempty"`
+	// PodGroup is the group the pod names in spec.schedulingGroup; PodGroupNote what the
+	// cluster makes of it where that matters (it serves no PodGroups).
+	PodGroup     string `json:"podGroup,omitempty"`
+	PodGroupNote string `json:"podGroupNote,omitempty"`
 }
 
 type claimReport struct {
@@ -182,6 +188,7 @@ func (o *whyOptions) explain(ctx context.Context, src *whySource, kind, name str
 		rep.Claims = append(rep.Claims, cr)
 	} else {
 		rep.Pod = summarizePod(t.pod)
+		rep.Pod.PodGroupNote = src.podGroupNote(rep.Pod.PodGroup)
 		for i := range t.claims {
 			cr, err := o.explainPodClaim(ctx, src, view, fl, t.pod, &t.claims[i])
 			if err != nil {
@@ -275,6 +282,9 @@ func (t *whyTargets) known() []*resourceapi.ResourceClaim {
 
 func summarizePod(pod *corev1.Pod) *podSummary {
 	s := &podSummary{Namespace: pod.Namespace, Name: pod.Name, Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName}
+	if g := pod.Spec.SchedulingGroup; g != nil {
+		s.PodGroup = ptr.Deref(g.PodGroupName, "")
+	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 			s.Scheduler = strings.TrimSpace(c.Message)
@@ -388,6 +398,23 @@ func (o *whyOptions) source() (*whySource, error) {
 		return nil, err
 	}
 	return &whySource{namespace: ns, client: c, errOut: o.streams.ErrOut}, nil
+}
+
+// podGroupNote says, for a pod of PodGroup group on a live cluster, that the cluster serves no
+// PodGroups: its claims are then its own and it is scheduled alone. A cluster state file holds no
+// discovery, so it says nothing there.
+func (s *whySource) podGroupNote(group string) string {
+	if group == "" || s.client == nil {
+		return ""
+	}
+	v, err := podgroups.ServedVersion(s.client.cs.Discovery())
+	switch {
+	case err != nil:
+		return fmt.Sprintf("cannot tell whether the cluster serves PodGroups: %v", err)
+	case v == "":
+		return "this cluster serves no PodGroups (" + podgroups.Needs + "): the pod's claims are its own and it is scheduled alone"
+	}
+	return ""
 }
 
 func (s *whySource) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {

@@ -23,6 +23,13 @@ func printWhy(out io.Writer, rep whyReport) {
 			line += " (scheduler: " + oneLine(p.Scheduler) + ")"
 		}
 		fmt.Fprintln(out, line)
+		if p.PodGroup != "" {
+			group := "  in PodGroup " + p.PodGroup
+			if p.PodGroupNote != "" {
+				group += ", but " + p.PodGroupNote
+			}
+			fmt.Fprintln(out, group)
+		}
 		if len(rep.Claims) == 0 {
 			fmt.Fprintln(out, "  the pod has no ResourceClaims: its devices are not what it waits for")
 		}

@@ -57,7 +57,7 @@ func New(driver string, groups *nodegroups.Config, deny []Rule, published feasib
 	if published != nil {
 		v.view = feasibility.New(published, v.checker, o.view...)
 		if o.claims != nil {
-			v.held = diagnosis.NewHeld(v.view, o.claims)
+			v.held = diagnosis.NewHeld(v.view, o.claims, o.held...)
 		}
 	}
 	return v
@@ -69,6 +69,7 @@ type Option func(*options)
 type options struct {
 	view   []feasibility.Option
 	claims diagnosis.ClaimLister
+	held   []diagnosis.HeldOption
 }
 
 // WithServed makes the feasibility check run the allocator with the features served says the
@@ -79,9 +80,10 @@ func WithServed(served feasibility.Served) Option {
 
 // WithClaims judges a claim (not a template) also against what the current allocations of the
 // claims listed leave free: when every matching device is held, a warning names the holders. Call
-// InvalidateClaims when what claims lists changes.
-func WithClaims(claims diagnosis.ClaimLister) Option {
-	return func(o *options) { o.claims = claims }
+// InvalidateClaims when what claims lists changes. opts configure the index of current
+// allocations (diagnosis.Held).
+func WithClaims(claims diagnosis.ClaimLister, opts ...diagnosis.HeldOption) Option {
+	return func(o *options) { o.claims, o.held = claims, opts }
 }
 
 // Invalidate says that what the published source lists has changed; the next check reads it again.

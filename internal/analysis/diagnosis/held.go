@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
 // Held judges claims against what the current allocations leave free: the diagnosis, run within
@@ -27,6 +28,8 @@ type Held struct {
 	// claim changes are coalesced into one. A rebuild that took long makes the next wait longer
 	// (rebuildShare).
 	interval time.Duration
+	// observers are told of each fleet built (WithRebuildObserver).
+	observers []func(Rebuilt)
 
 	// state is the last fleet built, read by reviews without a lock.
 	state atomic.Pointer[heldState]
@@ -46,7 +49,7 @@ type Held struct {
 // ClaimLister reads the cluster's ResourceClaims as a fleet reads them: name, allocation and
 // consumers (for the names of the pods holding devices).
 type ClaimLister interface {
-	Claims() ([]*deviceusage.Claim, error)
+	Claims() ([]*inventory.Claim, error)
 }
 
 // HeldOption configures a Held.
@@ -56,6 +59,24 @@ type HeldOption func(*Held)
 // (default DefaultRebuildInterval): a rebuild reads every claim and device, and with claims
 // changing all the time the interval is how stale the held-now warning may be.
 func WithRebuildInterval(d time.Duration) HeldOption { return func(h *Held) { h.interval = d } }
+
+// Rebuilt is what one rebuild read and built, for observers. Read-only: the reviews share it.
+type Rebuilt struct {
+	// Slices are every published slice, as the inventory keeps them.
+	Slices []*inventory.Slice
+	// Fleet is the busy pools' devices with their use (deviceusage.Input.BusyPoolsOnly): a device
+	// of any other pool is free and healthy.
+	Fleet *deviceusage.Fleet
+	// Claims are the claims listed, as the inventory keeps them.
+	Claims []*inventory.Claim
+}
+
+// WithRebuildObserver has f called at the end of each rebuild of the fleet, in the background
+// goroutine that built it (never by a review): what the whole fleet is doing can be summed there
+// once, rather than listed again. Its time counts as the rebuild's (rebuildShare bounds both).
+func WithRebuildObserver(f func(Rebuilt)) HeldOption {
+	return func(h *Held) { h.observers = append(h.observers, f) }
+}
 
 // DefaultRebuildInterval: at 40,000 claims a rebuild takes a quarter of a second of one CPU.
 const DefaultRebuildInterval = time.Second

@@ -16,7 +16,6 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
 )
@@ -69,7 +68,7 @@ type liveClaims struct {
 	held chan struct{}
 }
 
-func (l *liveClaims) Claims() ([]*deviceusage.Claim, error) {
+func (l *liveClaims) Claims() ([]*inventory.Claim, error) {
 	l.mu.Lock()
 	held := l.held
 	l.mu.Unlock()
@@ -78,9 +77,9 @@ func (l *liveClaims) Claims() ([]*deviceusage.Claim, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]*deviceusage.Claim, 0, len(l.byName))
+	out := make([]*inventory.Claim, 0, len(l.byName))
 	for _, c := range l.byName {
-		out = append(out, deviceusage.ClaimOf(c))
+		out = append(out, inventory.KeepClaim(c))
 	}
 	return out, nil
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
@@ -23,7 +22,7 @@ type countedClaims struct {
 	lists atomic.Int64
 }
 
-func (c *countedClaims) Claims() ([]*deviceusage.Claim, error) {
+func (c *countedClaims) Claims() ([]*inventory.Claim, error) {
 	c.lists.Add(1)
 	return c.liveClaims.Claims()
 }

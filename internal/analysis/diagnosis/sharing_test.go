@@ -20,7 +20,6 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
-	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
@@ -77,10 +76,10 @@ func (f fakeServed) PartitionableDevices(_ context.Context, slices []*resourceap
 // claimList is a fixed ClaimLister.
 type claimList []*resourceapi.ResourceClaim
 
-func (c claimList) Claims() ([]*deviceusage.Claim, error) {
-	out := make([]*deviceusage.Claim, len(c))
+func (c claimList) Claims() ([]*inventory.Claim, error) {
+	out := make([]*inventory.Claim, len(c))
 	for i, cl := range c {
-		out[i] = deviceusage.ClaimOf(cl)
+		out[i] = inventory.KeepClaim(cl)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package migrate_test
+package testapiserver
 
 import (
 	"os"
@@ -9,15 +9,14 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
-// startControllerManager runs only the controllers a StorageVersionMigration needs against srv:
-// the migrator and the garbage collector, whose resource monitors it reads.
-func startControllerManager(t *testing.T, binary string, srv *testapiserver.Server) {
+// StartControllerManager runs the kube-controller-manager binary against s with args (e.g.
+// --controllers=... and --feature-gates=...) until the test ends; when the test failed it shows
+// the log's lines that contain keyword or an error.
+func (s *Server) StartControllerManager(t testing.TB, binary, keyword string, args ...string) {
 	t.Helper()
-	cfg := srv.Config
+	cfg := s.Config
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
@@ -32,8 +31,7 @@ func startControllerManager(t *testing.T, binary string, srv *testapiserver.Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "--kubeconfig", kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=garbage-collector-controller,storage-version-migrator-controller")
+	cmd := exec.Command(binary, append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--secure-port=0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -44,16 +42,16 @@ func startControllerManager(t *testing.T, binary string, srv *testapiserver.Serv
 		_ = log.Close()
 		if t.Failed() {
 			out, _ := os.ReadFile(log.Name())
-			t.Logf("kube-controller-manager, its lines about migrations and errors:\n%s", relevant(out))
+			t.Logf("kube-controller-manager, its lines about %s and errors:\n%s", keyword, relevantLines(out, keyword))
 		}
 	})
 }
 
-// relevant keeps the log lines of the migrator and of errors, at most 100 of them.
-func relevant(log []byte) string {
+// relevantLines keeps the log lines that contain keyword or an error, at most the last 100.
+func relevantLines(log []byte, keyword string) string {
 	var keep []string
 	for line := range strings.Lines(string(log)) {
-		if strings.Contains(line, "migrat") || strings.Contains(line, "E1") || strings.Contains(strings.ToLower(line), "error") {
+		if strings.Contains(line, keyword) || strings.Contains(line, "E1") || strings.Contains(strings.ToLower(line), "error") {
 			keep = append(keep, line)
 		}
 	}
