@@ -12,6 +12,9 @@
 #     upstream example webhook), allocation changes per second during the churn load
 #   SCALE_UPSTREAM=auto  compare with the upstream example webhook at the largest fleet: auto (when it
 #     builds: DRA_EXAMPLE_DRIVER_SRC, see e2e/cluster/build-tools.sh), on (must build), off
+#   SCALE_CLI_ONLY=1  only time kubectl dra status and why (SCALE_CLI_RUNS=5 rounds) on envtest's
+#     kube-apiserver holding the largest fleet and its claims: no cluster, webhook or controllers.
+#     SCALE_KUBECTL_DRA=a,b times several builds in turn (default _output/bin/kubectl-dra)
 set -euo pipefail
 source "$(dirname "$0")/../e2e/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
@@ -24,6 +27,19 @@ minor=$(echo "$K8S_VERSION" | cut -d. -f2)
 render=charts/charttest/testdata/k8s-1.$minor.golden
 [ -f "$render" ] || render=charts/charttest/testdata/k8s-1.34.golden
 
+if [ -n "${SCALE_CLI_ONLY:-}" ]; then
+  # The fleet's generators write resource.k8s.io/v1, which 1.34 is the first to serve.
+  [ "$minor" -ge 34 ] || die "SCALE_CLI_ONLY=1 needs K8S_VERSION 1.34 or later (resource.k8s.io/v1); got $K8S_VERSION"
+  baseline_assets=$("$HERE/envtest-assets.sh")
+  mkdir -p _output/scale/cli
+  step "kubectl dra status and why on Kubernetes v$K8S_VERSION: $last nodes (log: _output/scale/cli.log)"
+  go build -o _output/bin/scale ./e2e/cmd/scale
+  _output/bin/scale --cli-only --baseline-assets "$baseline_assets" --chart-render "$render" \
+    --nodes "$last" --claims "${SCALE_CLAIMS:-1.0}" --kubectl-dra "${SCALE_KUBECTL_DRA:-_output/bin/kubectl-dra}" \
+    --cli-runs "${SCALE_CLI_RUNS:-5}" --work-dir _output/scale/cli 2> >(tee _output/scale/cli.log >&2) \
+    | tee _output/scale/cli.md
+  exit 0
+fi
 if cluster_running; then
   die "a local cluster is already running; 'make scale' starts its own control plane: 'make cluster-down' first"
 fi

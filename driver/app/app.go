@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
+	"github.com/gpu-dra/gpu-dra/driver/attach"
 	"github.com/gpu-dra/gpu-dra/driver/cdi"
 	"github.com/gpu-dra/gpu-dra/driver/checkpoint"
 	"github.com/gpu-dra/gpu-dra/driver/devicestatus"
@@ -116,6 +118,10 @@ type instance struct {
 	stopWatcher func()
 	stopHealth  func()
 
+	// published is the node group's spec as published now (after the sharing gate).
+	published  atomic.Pointer[nodegroups.GroupSpec]
+	stopAttach func()
+
 	// health tracks the node's device faults; publisher adds their taints to what is published.
 	health     *faults.Tracker
 	publisher  *plugin.TaintingPublisher
@@ -144,7 +150,9 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 			return plugin.ProbePartitionable(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
 		},
 	}
-	source := simulated.New(p.o.NodeName, p.sharing.Effective(ctx, group, spec))
+	published := p.sharing.Effective(ctx, group, spec)
+	p.published.Store(&published)
+	source := simulated.New(p.o.NodeName, published)
 	p.newHealth()
 	if err := p.newDriver(ctx, source, fail); err != nil {
 		return err
@@ -158,6 +166,7 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 	}
 	p.startHealth(ctx)
 	p.startWatcher(ctx, spec)
+	p.startAttacher(ctx)
 
 	checker := &liveness.Checker{DriverName: p.o.DriverName, RegistrationSocket: p.o.RegistrationSocket(), DRASocket: p.o.DRASocket()}
 	p.stopHealth, err = serve(ctx, "health", p.o.HealthProbeBindAddress, func(mux *http.ServeMux) {
@@ -301,12 +310,30 @@ func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupS
 		Client: p.client, Driver: p.driver, Publisher: p.publisher, Current: published, Sharing: p.sharing,
 		// What the API server serves is asked again under the running plugin: a control-plane
 		// upgrade turns sharing, partitions and device taints on without a plugin restart.
-		Taints: p.publisher,
+		Taints:    p.publisher,
+		Published: func(spec nodegroups.GroupSpec) { p.published.Store(&spec); p.startAttacher(ctx) },
 	}
 	watchCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); watcher.Run(watchCtx) }()
 	p.stopWatcher = func() { cancel(); <-done }
+}
+
+// startAttacher attaches the devices of an attachable node group as the scheduler allocates them
+// (binding conditions), from the first time the node publishes them on: its claim informer is not
+// paid for by nodes that never do. It keeps running if the node's group changes (devices allocated
+// before still need their attach). Called from start and from the watcher's goroutine only.
+func (p *instance) startAttacher(ctx context.Context) {
+	if p.stopAttach != nil || p.published.Load().ModeOf() != nodegroups.Attachable {
+		return
+	}
+	a := attach.New(p.client, p.o.DriverName, p.o.NodeName,
+		attach.WithDelay(func() time.Duration { return p.published.Load().Sharing.AttachDelayOf() }),
+		attach.WithFaults(p.health.Faults))
+	attachCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(attachCtx) }()
+	p.stopAttach = func() { cancel(); <-done }
 }
 
 // stop ends whatever start got running, in one order: first what changes the published devices
@@ -315,6 +342,9 @@ func (p *instance) startWatcher(ctx context.Context, published nodegroups.GroupS
 func (p *instance) stop() {
 	if p.stopWatcher != nil {
 		p.stopWatcher()
+	}
+	if p.stopAttach != nil {
+		p.stopAttach()
 	}
 	if p.stopFaults != nil {
 		p.stopFaults()

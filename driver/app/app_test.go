@@ -22,6 +22,8 @@ func TestValidate(t *testing.T) {
 		{name: "no node", mutate: func(o *Options) { o.NodeName = "" }, wantErr: "--node-name: required (default $NODE_NAME)"},
 		{name: "bad driver name", mutate: func(o *Options) { o.DriverName = "GPU_Example" }, wantErr: `--driver-name="GPU_Example"`},
 		{name: "no plugins dir", mutate: func(o *Options) { o.PluginsDir = "" }, wantErr: "--kubelet-plugins-dir"},
+		{name: "no-execute attach failures", mutate: func(o *Options) { o.NoExecuteFaultKinds = []string{"xid", "attach-failure"} },
+			wantErr: "--no-execute-fault-kinds=xid,attach-failure: fault kind attach-failure never taints its device (it only fails attaches); remove it"},
 		{name: "endpoints off", mutate: func(o *Options) { o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0" }},
 		{name: "empty bind address", mutate: func(o *Options) { o.MetricsBindAddress = "" }, wantErr: `--metrics-bind-address="": missing port in address; use host:port or :port, e.g. :8080, or 0 to disable`},
 		{name: "every error at once", mutate: func(o *Options) {

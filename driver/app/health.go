@@ -44,11 +44,12 @@ func (p *instance) startHealth(ctx context.Context) {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpu-kubelet-plugin", Host: p.o.NodeName}).WithLogger(logger)
 	p.updateHealthMetrics(faults.Faults{})
 	p.health.OnChange(func(ctx context.Context, before, after faults.Faults) {
-		if err := p.publisher.SetFaults(ctx, after); err != nil {
+		// An attach failure leaves its device healthy: it only fails the device's attaches.
+		if err := p.publisher.SetFaults(ctx, after.Unhealthy()); err != nil {
 			klog.FromContext(ctx).Error(err, "Re-publishing device taints failed; retried at the next change")
 		}
 		p.updateHealthMetrics(after)
-		p.driver.NotifyPods(ctx, p.resourceClient, recorder, before, after)
+		p.driver.NotifyPods(ctx, p.resourceClient, recorder, before.Unhealthy(), after.Unhealthy())
 	})
 	healthCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -61,12 +62,14 @@ func (p *instance) startHealth(ctx context.Context) {
 	p.stopFaults = func() { cancel(); <-done; broadcaster.Shutdown() }
 }
 
+// updateHealthMetrics counts the faults that make devices unhealthy; an attach failure leaves its
+// device healthy and is not one.
 func (p *instance) updateHealthMetrics(current faults.Faults) {
 	byKind := map[string]int{}
-	for _, f := range current {
+	for _, f := range current.Unhealthy() {
 		byKind[string(f.Kind)]++
 	}
-	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, faults.KindNames())
+	p.metrics.SetDeviceHealth(p.driver.DeviceCount(), byKind, faults.UnhealthyKindNames())
 }
 
 // noFaults is the source of a plugin without a faults ConfigMap.

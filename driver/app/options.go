@@ -105,7 +105,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.DeviceStatus, "device-status", o.DeviceStatus, "record each prepared device's uuid, model, index and driverVersion in its ResourceClaim's status.devices (needs patch on resourceclaims/status)")
 	fs.BoolVar(&o.DeviceMetadata, "device-metadata", o.DeviceMetadata, "bind-mount a device metadata file per claim and request into containers (/var/run/kubernetes.io/dra-device-attributes/...), through a CDI spec in --cdi-root")
 	fs.StringVar(&o.FaultsConfigMap, "faults-configmap", o.FaultsConfigMap, "the chart's ConfigMap (namespace/name) of simulated device faults: this node's, written by `kubectl dra fault`, are in the ConfigMap <name>-<node name> (the one object the plugin watches); empty disables them; with --delete-all-slices, every node's is deleted too")
-	cliflag.List(fs, "no-execute-fault-kinds", "comma-separated fault kinds ("+strings.Join(faults.KindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule", func(kinds []string) error {
+	cliflag.List(fs, "no-execute-fault-kinds", "comma-separated fault kinds ("+strings.Join(faults.UnhealthyKindNames(), ", ")+") whose device taint is NoExecute, evicting pods that do not tolerate it; other kinds taint NoSchedule", func(kinds []string) error {
 		o.NoExecuteFaultKinds = kinds
 		return nil
 	})
@@ -129,7 +129,11 @@ func (o *Options) Validate() error {
 		cliflag.ValidateBindAddress("--health-probe-bind-address", o.HealthProbeBindAddress),
 		cliflag.ValidateBindAddress("--metrics-bind-address", o.MetricsBindAddress))
 	for _, k := range o.NoExecuteFaultKinds {
-		if _, err := faults.ParseKind(k); err != nil {
+		kind, err := faults.ParseKind(k)
+		if err == nil && !kind.Unhealthy() {
+			err = fmt.Errorf("fault kind %s never taints its device (it only fails attaches); remove it", kind)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("--no-execute-fault-kinds=%s: %w", strings.Join(o.NoExecuteFaultKinds, ","), err))
 		}
 	}

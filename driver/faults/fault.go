@@ -26,10 +26,40 @@ const (
 	KindXID Kind = "xid"
 	// KindFallenOff: the GPU fell off the bus; the node no longer sees it.
 	KindFallenOff Kind = "fallen-off"
+	// KindAttachFailure: attaching the device to the node fails (attachable node groups). The
+	// device itself stays healthy: no taint, nothing reported to the kubelet, so the scheduler
+	// keeps offering it and each attach of it fails until the fault is cleared.
+	KindAttachFailure Kind = "attach-failure"
 )
 
 // Kinds lists every kind, in the order help texts and the chart's schema show them.
-var Kinds = []Kind{KindXID, KindFallenOff}
+var Kinds = []Kind{KindXID, KindFallenOff, KindAttachFailure}
+
+// Unhealthy reports whether a fault of the kind makes its device unhealthy: tainted, and reported
+// so to the kubelet and to the pods using it.
+func (k Kind) Unhealthy() bool { return k != KindAttachFailure }
+
+// UnhealthyKindNames returns the names of the Kinds that make devices unhealthy (and taint them).
+func UnhealthyKindNames() []string {
+	var out []string
+	for _, k := range Kinds {
+		if k.Unhealthy() {
+			out = append(out, string(k))
+		}
+	}
+	return out
+}
+
+// Unhealthy is the faults that make their devices unhealthy (see Kind.Unhealthy).
+func (f Faults) Unhealthy() Faults {
+	out := make(Faults, len(f))
+	for dev, fault := range f {
+		if fault.Kind.Unhealthy() {
+			out[dev] = fault
+		}
+	}
+	return out
+}
 
 // KindNames returns the names of Kinds.
 func KindNames() []string {

@@ -134,3 +134,19 @@ func FuzzParseEntry(f *testing.F) {
 		}
 	})
 }
+
+// TestUnhealthy: an attach failure is a fault of the attach, not of the device.
+func TestUnhealthy(t *testing.T) {
+	at := metav1.Now()
+	all := Faults{"gpu-0": {Kind: KindXID, Time: at}, "gpu-1": {Kind: KindFallenOff, Time: at}, "gpu-2": {Kind: KindAttachFailure, Time: at}}
+	got := all.Unhealthy()
+	if len(got) != 2 || got["gpu-0"].Kind != KindXID || got["gpu-1"].Kind != KindFallenOff {
+		t.Errorf("Unhealthy() = %v, want gpu-0 and gpu-1 only", got)
+	}
+	if got := UnhealthyKindNames(); strings.Join(got, ",") != "xid,fallen-off" {
+		t.Errorf("UnhealthyKindNames() = %v, want xid, fallen-off", got)
+	}
+	if _, err := ParseKind("attach-failure"); err != nil {
+		t.Errorf("ParseKind(attach-failure): %v", err)
+	}
+}

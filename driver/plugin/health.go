@@ -47,7 +47,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		select {
 		case <-ctx.Done():
 			return nil
-		case reports <- d.healthReport(d.health.Faults(), time.Now()):
+		case reports <- d.healthReport(d.health.Faults().Unhealthy(), time.Now()):
 		}
 		select {
 		case <-ctx.Done():

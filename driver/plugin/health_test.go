@@ -75,7 +75,8 @@ func TestWatchHealthStatus(t *testing.T) {
 			t.Errorf("device %+v, want healthy in pool %s", d, testNode)
 		}
 	}
-	tr.set(faults.Faults{"gpu-3": xid("XID 79")})
+	// An attach failure fails attaches only: gpu-5 stays healthy.
+	tr.set(faults.Faults{"gpu-3": xid("XID 79"), "gpu-5": {Kind: faults.KindAttachFailure, Time: faultTime}})
 	second := <-reports
 	for _, d := range second.Devices {
 		want := kubeletplugin.HealthStatusHealthy

@@ -49,6 +49,8 @@ type NodeGroupWatcher struct {
 	// the API server is asked again what it serves (default 30s): a control-plane upgrade turns
 	// features on under the running plugin.
 	ProbeInterval time.Duration
+	// Published, when set, is told each spec published, as published (after Sharing).
+	Published func(nodegroups.GroupSpec)
 }
 
 // probeJitter spreads a fleet's re-probes: each plugin waits ProbeInterval times 1 to 1.2.
@@ -151,6 +153,9 @@ func (w *NodeGroupWatcher) apply(ctx context.Context, lister corelisters.NodeLis
 	}
 	logger.Info("Inventory changed; re-published", "count", spec.Count, "model", spec.Model, "memory", spec.Memory.String(), "sharing", publish.ModeOf())
 	w.Current = spec
+	if w.Published != nil {
+		w.Published(publish)
+	}
 	return true
 }
 

@@ -29,6 +29,7 @@ type apiServer struct {
 	counters bool
 	layout   CounterLayout
 	taints   bool
+	binding  bool
 	down     bool
 	probes   int
 }
@@ -63,6 +64,9 @@ func (s *apiServer) gate() *SharingGate {
 			var layout CounterLayout
 			reason, err := s.probe(func() bool { layout = s.layout; return s.counters }, "API server drops sharedCounters (DRAPartitionableDevices off)")
 			return layout, reason, err
+		},
+		BindingConditions: func(context.Context) (string, error) {
+			return s.probe(func() bool { return s.binding }, "API server drops bindingConditions (DRADeviceBindingConditions or DRAResourceClaimDeviceStatus off)")
 		},
 	}
 }
@@ -123,6 +127,31 @@ func TestSharingGateRefresh(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `API server no longer serves a DRA feature; re-publishing feature="DRAConsumableCapacity"`) {
 		t.Errorf("the downgrade was not logged:\n%s", logs)
+	}
+}
+
+// TestSharingGateRefreshAttachable: an attachable group publishes exclusive GPUs until the API
+// server keeps binding conditions (a control-plane upgrade to 1.36), then attachable ones, without a
+// restart, and says so once.
+func TestSharingGateRefreshAttachable(t *testing.T) {
+	logger, logs := newBufferLogger(t)
+	ctx := klog.NewContext(t.Context(), logger)
+	srv := &apiServer{}
+	g := srv.gate()
+	attachable := nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.Attachable}}
+	if got := g.Effective(ctx, "a", attachable).ModeOf(); got != nodegroups.Exclusive {
+		t.Fatalf("1.35: mode %s, want exclusive", got)
+	}
+	srv.set(func(s *apiServer) { s.binding = true })
+	if !g.Refresh(ctx) {
+		t.Fatal("Refresh missed the upgrade")
+	}
+	if got := g.Effective(ctx, "a", attachable).ModeOf(); got != nodegroups.Attachable {
+		t.Errorf("after the upgrade: mode %s, want attachable", got)
+	}
+	line := `API server now serves a DRA feature; re-publishing feature="DRADeviceBindingConditions" mode="attachable"`
+	if n := strings.Count(logs.String(), line); n != 1 {
+		t.Errorf("%q logged %d times, want once:\n%s", line, n, logs)
 	}
 }
 

@@ -94,6 +94,25 @@ func ProbePartitionable(ctx context.Context, slices SliceCreator, driverName, no
 	return CountersInOwnSlices, "", nil
 }
 
+// ProbeBindingConditions finds out, like ProbeConsumableCapacity, whether the API server keeps the
+// binding conditions of an attachable GPU (KEP-5007): they need DRADeviceBindingConditions and
+// DRAResourceClaimDeviceStatus, both on by default from 1.36.
+func ProbeBindingConditions(ctx context.Context, slices SliceCreator, driverName, nodeName string) (reason string, err error) {
+	probe := probeSlice(driverName, nodeName, resourceapi.Device{
+		Name:                     "probe",
+		BindingConditions:        []string{deviceschema.ConditionAttached},
+		BindingFailureConditions: []string{deviceschema.ConditionAttachFailed},
+	})
+	got, err := slices.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return "", fmt.Errorf("dry-run create of a ResourceSlice with bindingConditions: %w", err)
+	}
+	if len(got.Spec.Devices) != 1 || len(got.Spec.Devices[0].BindingConditions) == 0 || len(got.Spec.Devices[0].BindingFailureConditions) == 0 {
+		return "API server drops bindingConditions (DRADeviceBindingConditions or DRAResourceClaimDeviceStatus off)", nil
+	}
+	return "", nil
+}
+
 // probeSlice is a slice of this node in a pool of its own, which the dry run never stores.
 func probeSlice(driverName, nodeName string, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
 	return &resourceapi.ResourceSlice{
@@ -119,6 +138,8 @@ type SharingGate struct {
 	// Partitionable returns why partitioned GPUs are not kept ("" when they are) and where the
 	// API server wants their counter sets.
 	Partitionable func(ctx context.Context) (CounterLayout, string, error)
+	// BindingConditions returns why attachable GPUs are not kept ("" when they are).
+	BindingConditions func(ctx context.Context) (string, error)
 
 	mutex  sync.Mutex
 	probed map[nodegroups.SharingMode]string
@@ -130,6 +151,7 @@ type SharingGate struct {
 var probedFields = map[nodegroups.SharingMode]string{
 	nodegroups.SharedMemory: "allowMultipleAllocations",
 	nodegroups.Partitioned:  "sharedCounters",
+	nodegroups.Attachable:   "bindingConditions",
 }
 
 // Effective is the spec to publish for the named group. A shared-partitions group needs both
@@ -166,6 +188,7 @@ func (g *SharingGate) Effective(ctx context.Context, group string, spec nodegrou
 var modeFeatures = map[nodegroups.SharingMode]string{
 	nodegroups.SharedMemory: "DRAConsumableCapacity",
 	nodegroups.Partitioned:  "DRAPartitionableDevices",
+	nodegroups.Attachable:   "DRADeviceBindingConditions",
 }
 
 // Refresh probes again every mode probed so far and reports whether any answer changed, so that
@@ -180,7 +203,7 @@ func (g *SharingGate) Refresh(ctx context.Context) bool {
 	defer g.mutex.Unlock()
 	logger := klog.FromContext(ctx)
 	changed := false
-	for _, mode := range []nodegroups.SharingMode{nodegroups.SharedMemory, nodegroups.Partitioned} {
+	for _, mode := range []nodegroups.SharingMode{nodegroups.SharedMemory, nodegroups.Partitioned, nodegroups.Attachable} {
 		before, probed := g.probed[mode]
 		if !probed {
 			continue
@@ -235,8 +258,14 @@ func (g *SharingGate) reason(ctx context.Context, mode nodegroups.SharingMode) s
 }
 
 func (g *SharingGate) probe(ctx context.Context, mode nodegroups.SharingMode) (string, error) {
-	if mode == nodegroups.SharedMemory {
+	switch mode {
+	case nodegroups.SharedMemory:
 		return g.ConsumableCapacity(ctx)
+	case nodegroups.Attachable:
+		if g.BindingConditions == nil {
+			return "this plugin cannot tell whether the API server keeps bindingConditions", nil
+		}
+		return g.BindingConditions(ctx)
 	}
 	layout, reason, err := g.Partitionable(ctx)
 	if before, seen := g.probed[mode]; err == nil && reason == "" && (!seen || before != "" || g.layout != layout) {

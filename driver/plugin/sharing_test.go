@@ -236,3 +236,45 @@ func TestSharingGateSharedPartitions(t *testing.T) {
 		})
 	}
 }
+
+// TestSharingGateAttachable: an attachable group publishes binding conditions where the API server
+// keeps them, and exclusive GPUs, said once, where it drops them.
+func TestSharingGateAttachable(t *testing.T) {
+	kept := fakeServer(func(s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) { return s, nil })
+	dropped := fakeServer(func(s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].BindingConditions, s.Spec.Devices[i].BindingFailureConditions = nil, nil
+		}
+		return s, nil
+	})
+	for _, tc := range []struct {
+		name      string
+		server    fakeServer
+		wantMode  nodegroups.SharingMode
+		wantLines int
+	}{
+		{"kept", kept, nodegroups.Attachable, 0},
+		{"dropped", dropped, nodegroups.Exclusive, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx := klog.NewContext(context.Background(), logger)
+			g := &SharingGate{BindingConditions: func(ctx context.Context) (string, error) {
+				return ProbeBindingConditions(ctx, tc.server, "gpu.example.com", "node-a")
+			}}
+			spec := nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.Attachable}}
+			for range 2 {
+				if got := g.Effective(ctx, "attach", spec); got.ModeOf() != tc.wantMode {
+					t.Errorf("mode %s, want %s", got.ModeOf(), tc.wantMode)
+				}
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if n := strings.Count(logs, "Node group sharing falls back to exclusive"); n != tc.wantLines {
+				t.Errorf("%d fallback lines, want %d:\n%s", n, tc.wantLines, logs)
+			}
+			if tc.wantLines > 0 && !strings.Contains(logs, `want="attachable" reason="API server drops bindingConditions (DRADeviceBindingConditions or DRAResourceClaimDeviceStatus off)"`) {
+				t.Errorf("fallback line lacks want and reason:\n%s", logs)
+			}
+		})
+	}
+}

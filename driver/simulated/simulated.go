@@ -42,8 +42,8 @@ func New(nodeName string, spec nodegroups.GroupSpec) *GPUs {
 // allowMultipleAllocations, and a request policy on memory and on compute (which only they
 // publish). Partitioned GPUs are each their partitions and then the whole GPU, all consuming the
 // GPU's counters (KEP-4815, see SharedCounters); shared-partition GPUs are the same devices, each
-// shared as a shared-memory GPU is. The caller publishes the last three only where the API server
-// keeps those fields.
+// shared as a shared-memory GPU is. Attachable GPUs are exclusive GPUs with binding conditions
+// (KEP-5007). The caller publishes the last four only where the API server keeps those fields.
 func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 	devices := make([]resourceapi.Device, 0, s.spec.Count)
 	for i := 0; i < s.spec.Count; i++ {
@@ -69,6 +69,11 @@ func (s *GPUs) Devices(_ context.Context) ([]resourceapi.Device, error) {
 		case nodegroups.Partitioned, nodegroups.SharedPartitions:
 			devices = append(devices, s.partitions(i, dev)...)
 			continue
+		case nodegroups.Attachable:
+			// The node's own slice already pins an allocation to this node, so bindsToNode
+			// (for devices several nodes reach) has nothing to add.
+			dev.BindingConditions = []string{deviceschema.ConditionAttached}
+			dev.BindingFailureConditions = []string{deviceschema.ConditionAttachFailed}
 		}
 		devices = append(devices, dev)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
@@ -264,3 +265,32 @@ func checkPartitions(t *testing.T, mode nodegroups.SharingMode, partitions int, 
 }
 
 func qstr(q resource.Quantity) string { return q.String() }
+
+// TestAttachableDevices: an attachable GPU is the exclusive GPU plus its binding conditions; the
+// other modes publish none.
+func TestAttachableDevices(t *testing.T) {
+	exclusive, _ := New("node-a", nodegroups.GroupSpec{Count: 2}).Devices(context.Background())
+	devices, err := New("node-a", nodegroups.GroupSpec{Count: 2, Sharing: &nodegroups.Sharing{Mode: nodegroups.Attachable}}).Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devices) != len(exclusive) {
+		t.Fatalf("%d devices, want %d", len(devices), len(exclusive))
+	}
+	for i, d := range devices {
+		if fmt.Sprint(d.BindingConditions) != "[Attached]" || fmt.Sprint(d.BindingFailureConditions) != "[AttachFailed]" || d.BindsToNode != nil {
+			t.Errorf("%s: bindingConditions %v, bindingFailureConditions %v, bindsToNode %v; want [Attached], [AttachFailed], unset",
+				d.Name, d.BindingConditions, d.BindingFailureConditions, d.BindsToNode)
+		}
+		d.BindingConditions, d.BindingFailureConditions = nil, nil
+		if !apiequality.Semantic.DeepEqual(d, exclusive[i]) {
+			t.Errorf("%s: %+v, want the exclusive device %+v with binding conditions", d.Name, d, exclusive[i])
+		}
+	}
+	for _, mode := range []nodegroups.SharingMode{nodegroups.Exclusive, nodegroups.SharedMemory} {
+		devices, _ := New("node-a", nodegroups.GroupSpec{Sharing: &nodegroups.Sharing{Mode: mode}}).Devices(context.Background())
+		if len(devices[0].BindingConditions) > 0 {
+			t.Errorf("mode %s publishes binding conditions %v", mode, devices[0].BindingConditions)
+		}
+	}
+}

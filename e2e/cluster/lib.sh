@@ -80,6 +80,10 @@ local_up() {
   # Kubelets from 1.35 refuse cgroup v1 hosts unless told otherwise; CI machines of this kind are v1.
   if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then kubelet_flags="$kubelet_flags --fail-cgroupv1=false"; fi
   if [ "${PRESERVE_ETCD:-0}" = 1 ]; then etcd_env=(PRESERVE_ETCD=true ETCD_DIR="$STATE/etcd"); fi
+  if [ "$start_mode" = kubeletonly ] && ! grep -q '^serverTLSBootstrap: true$' "$script"; then
+    kubelet_serving_cert
+    kubelet_flags="$kubelet_flags --tls-cert-file=$STATE/certs/kubelet-serving.crt --tls-private-key-file=$STATE/certs/kubelet-serving.key"
+  fi
   # --default-signal: a background job otherwise ignores the SIGINT that makes the script clean up.
   env --default-signal=INT PATH="$kbin:$PATH" USER=root HOSTNAME_OVERRIDE="$NODE_NAME" \
     ENABLE_DAEMON=false START_MODE="$start_mode" GO_OUT="$kbin" REUSE_CERTS="${REUSE_CERTS:-false}" \
@@ -92,6 +96,28 @@ local_up() {
     bash "$script" -o "$kbin" >"$STATE/logs/local-up-$part.log" 2>&1 &
   echo $! > "$(local_up_pidfile "$part")"
   echo "$version" > "$STATE/run/$part-version"
+}
+
+# kubelet_serving_cert: a serving certificate for the kubelet signed by the cluster's CA. Up to 1.34
+# hack/local-up-cluster.sh leaves the kubelet to sign its own, which its API server does not check;
+# from 1.35 the script starts the API server with --kubelet-certificate-authority (the cluster CA)
+# and the kubelet with serverTLSBootstrap. A kubelet started by an older script and kept running
+# under a newer control plane (upgrade.sh: the kubelet goes last) would then fail every
+# `kubectl exec` and `logs` with "x509: certificate signed by unknown authority". The control
+# plane's restarts reuse the CA (REUSE_CERTS), so this certificate stays valid across them.
+kubelet_serving_cert() {
+  local d=$STATE/certs sans ip
+  [ -f "$d/client-ca.crt" ] && [ -f "$d/client-ca.key" ] || die "no cluster CA in $d: start the control plane first"
+  sans="DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1"
+  for ip in $(hostname -I 2>/dev/null); do sans="$sans,IP:$ip"; done
+  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' \
+    "$sans" >"$d/kubelet-serving.ext"
+  { openssl req -new -newkey rsa:2048 -nodes -subj "/O=system:nodes/CN=system:node:$NODE_NAME" \
+      -keyout "$d/kubelet-serving.key" -out "$d/kubelet-serving.csr" &&
+    openssl x509 -req -in "$d/kubelet-serving.csr" -CA "$d/client-ca.crt" -CAkey "$d/client-ca.key" \
+      -set_serial "0x$(openssl rand -hex 16)" -days 365 -extfile "$d/kubelet-serving.ext" -out "$d/kubelet-serving.crt"
+  } >"$STATE/logs/kubelet-serving-cert.log" 2>&1 ||
+    { cat "$STATE/logs/kubelet-serving-cert.log" >&2; die "cannot make the kubelet's serving certificate"; }
 }
 
 # local_up_script VERSION: the hack/local-up-cluster.sh of VERSION to run. Up to 1.32 the script

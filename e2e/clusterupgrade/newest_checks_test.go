@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -64,14 +65,14 @@ func count(items []resourceapi.ResourceSlice) published {
 	return p
 }
 
-// logCount is how many lines of the pod's logs (all its containers, since it started) contain
-// line; an unreadable log counts as none.
+// logCount is how many lines of the pod's logs (all its containers, since it started) match
+// the regular expression line; an unreadable log counts as none.
 func (s *newestScenario) logCount(pod, line string) int {
 	out, err := s.c.KubectlErr("-n", framework.ReleaseNS, "logs", pod, "--all-containers", "--tail=-1")
 	if err != nil {
 		return 0
 	}
-	return strings.Count(out, line)
+	return len(regexp.MustCompile(line).FindAllStringIndex(out, -1))
 }
 
 func (s *newestScenario) waitPluginLog(t *testing.T, line string, timeout time.Duration) {
@@ -187,13 +188,27 @@ func (s *newestScenario) preflightBefore(t *testing.T) {
 	}
 }
 
-func (s *newestScenario) migrate(t *testing.T) {
-	start := time.Now()
-	out, code := s.kubectlDra(t, "migrate")
-	if code != 0 {
-		t.Fatalf("kubectl dra migrate: exit %d:\n%s", code, out)
+// migrateByRewrite is what a cluster without the StorageVersionMigration API (1.35 and 1.36 by
+// default) gets: kubectl dra migrate rewrites each object itself. Nothing the API server keeps
+// says so but the record the command leaves, from which preflight now says safe.
+func (s *newestScenario) migrateByRewrite(t *testing.T) {
+	s.migrateWith(t, "--method", "rewrite")
+	out, code := s.kubectlDra(t, "preflight", "--to", "1.38")
+	wantSafe(t, "preflight --to 1.38 after kubectl dra migrate rewrote every object", out, code, true)
+	if !strings.Contains(out, "rewritten by kubectl dra migrate on v"+newestRelease) {
+		t.Errorf("preflight does not name the recorded rewrite:\n%s", out)
 	}
-	t.Logf("kubectl dra migrate took %s", time.Since(start).Round(time.Second))
+}
+
+func (s *newestScenario) migrate(t *testing.T) { s.migrateWith(t) }
+
+func (s *newestScenario) migrateWith(t *testing.T, args ...string) {
+	start := time.Now()
+	out, code := s.kubectlDra(t, append([]string{"migrate"}, args...)...)
+	if code != 0 {
+		t.Fatalf("kubectl dra migrate %s: exit %d:\n%s", strings.Join(args, " "), code, out)
+	}
+	t.Logf("kubectl dra migrate %s took %s", strings.Join(args, " "), time.Since(start).Round(time.Second))
 	if stale := s.staleObjects(t); len(stale) != 0 {
 		t.Errorf("after kubectl dra migrate, etcd still holds %d objects in an older version:\n%s", len(stale), strings.Join(stale, "\n"))
 	}

@@ -1,6 +1,7 @@
 package clusterupgrade
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,11 +34,17 @@ var servedFrom = version.MajorMinor(1, 36)
 // re-publishes at its next inventory tick (10s).
 const noticeBound = 90 * time.Second
 
-// The lines the plugin and the webhook log once when the API server starts serving a feature.
+// webhookFeatures are the features each webhook replica says the API server now serves from
+// 1.36: capacity requests (probed), and extended resources (read from the chart's class, whose
+// dropped extendedResourceName the webhook restores).
+var webhookFeatures = []string{"DRAConsumableCapacity", "DRAExtendedResource"}
+
+// The lines the plugin and the webhook log once when the API server starts serving a feature, as
+// regular expressions: the loggers' own keys (driver, node) come between message and feature.
 const (
-	pluginNowServes  = `"API server now serves a DRA feature; re-publishing" feature="%s"`
-	taintsNowServed  = `"API server now serves a DRA feature; device taints are published from now on" feature="DRADeviceTaints"`
-	webhookNowServes = `"The API server now serves a DRA feature" feature="%s"`
+	pluginNowServes  = `"API server now serves a DRA feature; re-publishing" .*feature="%s"`
+	taintsNowServed  = `"API server now serves a DRA feature; device taints are published from now on" .*feature="DRADeviceTaints"`
+	webhookNowServes = `"The API server now serves a DRA feature" .*feature="%s"`
 )
 
 // newestScenario is the upgrade from the seed's release to the newest one.
@@ -64,7 +71,8 @@ func TestNewestUpgrade(t *testing.T) {
 	steps = append(steps,
 		step{"drain and upgrade the kubelet to v" + newestRelease, s.kubeletToNewest},
 		step{"v" + newestRelease + ": preflight --to 1.38 says not safe before the migration", s.preflightBefore},
-		step{"v" + newestRelease + ": kubectl dra migrate leaves nothing stored as v1beta1 or v1beta2", s.migrate},
+		step{"v" + newestRelease + ": kubectl dra migrate --method rewrite leaves nothing stored as v1beta1 or v1beta2, and preflight knows", s.migrateByRewrite},
+		step{"v" + newestRelease + ": kubectl dra migrate through StorageVersionMigrations finds the same", s.migrate},
 		step{"v" + newestRelease + ": preflight --to 1.38 says safe after the migration", s.preflightAfter},
 	)
 	for _, st := range steps {
@@ -144,9 +152,16 @@ func (s *newestScenario) noticeFeatures(t *testing.T, since time.Time) {
 		s.waitPluginLog(t, line, time.Until(deadline))
 	}
 	for _, pod := range s.webhookPods(t) {
-		framework.Eventually(t, max(time.Until(deadline), time.Second), "webhook "+pod+" to say it serves consumable capacity", func() (bool, error) {
-			return s.logCount(pod, sprintf(webhookNowServes, "DRAConsumableCapacity")) > 0, nil
-		})
+		for _, f := range webhookFeatures {
+			framework.Eventually(t, max(time.Until(deadline), time.Second), "webhook "+pod+" to say it serves "+f, func() (bool, error) {
+				return s.logCount(pod, sprintf(webhookNowServes, f)) > 0, nil
+			})
+		}
+	}
+	// The chart's class was written on the seed's release, which dropped its extendedResourceName;
+	// the webhook put it back once the API server kept it.
+	if got := s.c.Kubectl(t, "get", "deviceclass", "gpu.example.com", "-o", "jsonpath={.spec.extendedResourceName}"); got != "gpu.example.com/gpu" {
+		t.Errorf("DeviceClass gpu.example.com has extendedResourceName %q, want gpu.example.com/gpu restored", got)
 	}
 	t.Logf("the plugin and the webhook followed the new release %s after its control plane answered", time.Since(since).Round(time.Second))
 	s.noticedOnce(t)
@@ -170,8 +185,10 @@ func (s *newestScenario) noticedOnce(t *testing.T) {
 		}
 	}
 	for _, pod := range s.webhookPods(t) {
-		if n := s.logCount(pod, sprintf(webhookNowServes, "DRAConsumableCapacity")); n != 1 {
-			t.Errorf("webhook %s logged that it serves consumable capacity %d times, want once", pod, n)
+		for _, f := range webhookFeatures {
+			if n := s.logCount(pod, sprintf(webhookNowServes, f)); n != 1 {
+				t.Errorf("webhook %s logged that the API server now serves %s %d times, want once", pod, f, n)
+			}
 		}
 	}
 }
@@ -194,28 +211,51 @@ func (s *newestScenario) kubeletToNewest(t *testing.T) {
 	s.sameRollout(t)
 	s.release = s.releaseState(t)
 	s.seedPodRuns(t, "v1")
+	limits := "limits-on-kubelet-" + strings.ReplaceAll(newestRelease, ".", "-")
 	s.keepers = []runningPod{
 		s.startPod(t, framework.TemplatePod("template-on-kubelet-"+strings.ReplaceAll(newestRelease, ".", "-"), "example"), 1),
-		s.startPod(t, limitsPod(t, "limits-on-kubelet-"+strings.ReplaceAll(newestRelease, ".", "-")), 2),
+		s.startPod(t, limitsPod(t, limits), 2),
+	}
+	// With every kubelet new enough, the webhook leaves resources.limits to the scheduler, which
+	// makes the pod's claim itself.
+	if got := s.c.Kubectl(t, "-n", s.ns, "get", "pod", limits, "-o", "jsonpath={.spec.resourceClaims[*].name}|{.status.extendedResourceClaimStatus.resourceClaimName}"); !strings.HasPrefix(got, "|") || got == "|" {
+		t.Errorf("pod %s: webhook claims and the scheduler's claim %q; want only the scheduler's", limits, got)
 	}
 	s.shareRuns(t, "share-on-kubelet-"+strings.ReplaceAll(newestRelease, ".", "-"))
 }
 
 // shareRuns: the webhook turns a pod's memory annotation into a share of a GPU, now that the API
-// server keeps capacity requests and the plugin publishes shared-memory GPUs.
+// server keeps capacity requests and the plugin publishes shared-memory GPUs. The webhook reads
+// the published GPUs from its informers, whose watches reconnect with client-go's back-off (up to
+// 30s) after the API server restarts; until they do it gives whole GPUs, which is safe. So a pod
+// that got a whole GPU is replaced by another, within noticeBound, and the wait is logged.
 func (s *newestScenario) shareRuns(t *testing.T, name string) {
 	t.Helper()
-	manifest := strings.Replace(framework.AnnotatedPod(name, 1), "gpu.example.com/count: \"1\"\n",
-		"gpu.example.com/count: \"1\"\n    gpu.example.com/memory: 10Gi\n", 1)
-	if !strings.Contains(manifest, "gpu.example.com/memory") {
-		t.Fatalf("annotated pod manifest changed shape:\n%s", manifest)
+	start := time.Now()
+	share := regexp.MustCompile(`(?m)^GPU_DEVICE_[0-9]+_MEMORY=10Gi$`)
+	for attempt := 1; ; attempt++ {
+		pod := fmt.Sprintf("%s-%d", name, attempt)
+		manifest := strings.Replace(framework.AnnotatedPod(pod, 1), "gpu.example.com/count: \"1\"\n",
+			"gpu.example.com/count: \"1\"\n    gpu.example.com/memory: 10Gi\n", 1)
+		if !strings.Contains(manifest, "gpu.example.com/memory") {
+			t.Fatalf("annotated pod manifest changed shape:\n%s", manifest)
+		}
+		s.startPod(t, manifest, 1)
+		env := s.c.Kubectl(t, "-n", s.ns, "exec", pod, "--", "env")
+		s.stopPod(t, pod)
+		if share.MatchString(env) {
+			t.Logf("pod %s with memory: 10Gi got a 10Gi share %s after the first try (attempt %d)", pod, time.Since(start).Round(time.Second), attempt)
+			return
+		}
+		if time.Since(start) > noticeBound {
+			t.Errorf("pods with memory: 10Gi did not get a 10Gi share within %s; the last one, %s, sees:\n%s", noticeBound, pod, env)
+			out, _ := s.c.KubectlErr("-n", s.ns, "get", "resourceclaimtemplates,resourceclaims", "-o", "yaml")
+			t.Logf("templates and claims:\n%s", out)
+			return
+		}
+		t.Logf("pod %s with memory: 10Gi got a whole GPU %s after the first try; trying again", pod, time.Since(start).Round(time.Second))
+		time.Sleep(5 * time.Second)
 	}
-	s.startPod(t, manifest, 1)
-	env := s.c.Kubectl(t, "-n", s.ns, "exec", name, "--", "env")
-	if !regexp.MustCompile(`(?m)^GPU_DEVICE_[0-9]+_MEMORY=10Gi$`).MatchString(env) {
-		t.Errorf("pod %s with memory: 10Gi did not get a 10Gi share:\n%s", name, env)
-	}
-	s.stopPod(t, name)
 }
 
 // seedPodRuns runs the seed's own pod from its own template (in version v) and removes it.

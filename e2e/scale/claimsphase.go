@@ -143,14 +143,19 @@ const whyPod = "scale-why"
 // held claims as nodes (spread), every node has a GPU held: the claim cannot be satisfied now,
 // the pod stays Pending, and why has to read every claim to say who holds what.
 func (r *runner) pendingPod(ctx context.Context) (string, error) {
+	return createPendingPod(ctx, r.cs, r.ch.classes[0].Name)
+}
+
+// createPendingPod is pendingPod on cs, the claim asking for class.
+func createPendingPod(ctx context.Context, cs kubernetes.Interface, class string) (string, error) {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: whyPod, Namespace: loadNamespace},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name:    heldRequest,
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: r.ch.classes[0].Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 8},
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 8},
 		}}}},
 	}
-	if _, err := r.cs.ResourceV1().ResourceClaims(loadNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.ResourceV1().ResourceClaims(loadNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create ResourceClaim %s/%s: %w", loadNamespace, whyPod, err)
 	}
 	pod := &corev1.Pod{
@@ -160,7 +165,7 @@ func (r *runner) pendingPod(ctx context.Context) (string, error) {
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: &claim.Name}},
 		},
 	}
-	if _, err := r.cs.CoreV1().Pods(loadNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(loadNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create pod %s/%s: %w", loadNamespace, whyPod, err)
 	}
 	return whyPod, nil
@@ -169,18 +174,26 @@ func (r *runner) pendingPod(ctx context.Context) (string, error) {
 // timeKubectlDra runs `kubectl dra ARGS...` once and returns how long the whole command took. Its
 // output is kept in o.WorkDir (kubectl-dra-ARGS.txt), to see what it answered.
 func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Duration, error) {
+	d, _, err := runKubectlDra(ctx, o, args...)
+	return d, err
+}
+
+// runKubectlDra is timeKubectlDra that also returns the CPU time (user and system) the command
+// took, which the machine's other work does not inflate as it does the wall time.
+func runKubectlDra(ctx context.Context, o Options, args ...string) (wall, cpu time.Duration, err error) {
 	if o.KubectlDra == "" {
-		return 0, nil
+		return 0, 0, nil
 	}
 	cmd := exec.CommandContext(ctx, o.KubectlDra, append(args, "--kubeconfig", o.Kubeconfig)...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	d := time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
+		return 0, 0, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
 	}
+	cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	name := "kubectl-dra-" + strings.NewReplacer("/", "-", " ", "-").Replace(strings.Join(args, " ")) + ".txt"
-	return d, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
+	return d, cpu, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
 }
 
 // upstreamResult is our webhook against the upstream example webhook at the largest fleet,

@@ -59,6 +59,14 @@ func PartitionDeviceName(index, partition int) string {
 func FullDeviceName(index int) string { return fmt.Sprintf("gpu-%d-full", index) }
 func CounterSetName(index int) string { return fmt.Sprintf("gpu-%d-counters", index) }
 
+// The binding conditions of an attachable GPU (KEP-5007): the scheduler binds a pod to the node
+// once the plugin sets ConditionAttached True in the claim's status.devices entry, and allocates
+// again once it sets ConditionAttachFailed True.
+const (
+	ConditionAttached     = "Attached"
+	ConditionAttachFailed = "AttachFailed"
+)
+
 // EnvID is how a device is named in the environment of a container (GPU_DEVICE_<id>): the GPU's
 // index for a whole GPU, else the device name after "gpu-" in upper case with "-" as "_"
 // (0_PARTITION_1, 0_FULL), as the reference driver does.

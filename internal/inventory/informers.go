@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -165,6 +166,17 @@ func list[T any](inf cache.SharedIndexInformer) []*T {
 		}
 	}
 	return out
+}
+
+// KubeletBefore returns a node whose kubelet is older than release (e.g. 1.36), "" when there is
+// none; a node that has not reported its kubelet's version yet does not count.
+func (i *Informers) KubeletBefore(release *version.Version) string {
+	for _, n := range list[Node](i.nodes) {
+		if v, err := version.ParseGeneric(n.KubeletVersion); err == nil && v.LessThan(release) {
+			return n.Name
+		}
+	}
+	return ""
 }
 
 // ErrNotSynced is what Published returns before the initial lists are in: a DeviceClass missing

@@ -22,6 +22,9 @@ type Node struct {
 	// nameKeys are the keys of the labels whose value is the node's name.
 	nameKeys    []string
 	Allocatable v1.ResourceList
+	// KubeletVersion is status.nodeInfo.kubeletVersion, interned: what the node's kubelet can do
+	// (KubeletsBefore).
+	KubeletVersion string
 	// held keeps the Interner's entries this node shares for as long as the node lives.
 	held *holding
 }
@@ -31,7 +34,7 @@ func (n *Node) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind
 
 // DeepCopyObject makes Node a runtime.Object; the labels are shared and read-only, as in the cache.
 func (n *Node) DeepCopyObject() runtime.Object {
-	out := &Node{labels: n.labels, nameKeys: n.nameKeys, Allocatable: n.Allocatable.DeepCopy(), held: n.held}
+	out := &Node{labels: n.labels, nameKeys: n.nameKeys, Allocatable: n.Allocatable.DeepCopy(), KubeletVersion: n.KubeletVersion, held: n.held}
 	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return out
 }
@@ -99,6 +102,9 @@ func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
 	out.labels = in.labels(others, &held)
 	if out.nameKeys != nil {
 		out.nameKeys = in.keys(out.nameKeys, &held)
+	}
+	if v := n.Status.NodeInfo.KubeletVersion; v != "" {
+		out.KubeletVersion = *in.str(v, &held)
 	}
 	out.held = in.hold(held)
 	in.mu.Unlock()

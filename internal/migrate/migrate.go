@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/internal/rewriterecord"
 )
 
 // Method is how the objects of a resource get to the storage version.
@@ -145,8 +146,50 @@ func New(client dynamic.Interface, d discovery.DiscoveryInterface, opts ...Optio
 
 // Run migrates the objects of every resource.k8s.io resource the cluster serves, in name order.
 // An error means the work could not be done at all; objects the API server refused are counted
-// in their Result.
+// in their Result. The resources whose every object was rewritten are recorded for kubectl dra
+// preflight (rewriterecord), which cannot otherwise tell; a failure to record is a Note.
 func (m *Migrator) Run(ctx context.Context) ([]Result, error) {
+	results, err := m.run(ctx)
+	if !m.o.dryRun {
+		m.record(ctx, results)
+	}
+	return results, err
+}
+
+// record writes the record of the complete rewrites among results.
+func (m *Migrator) record(ctx context.Context, results []Result) {
+	var done []int
+	for i, r := range results {
+		if r.Method == Rewrite && r.Failed == 0 && r.Objects == r.Rewritten+r.Unchanged+r.Gone {
+			done = append(done, i)
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	err := func() error {
+		v, err := m.discovery.ServerVersion()
+		if err != nil {
+			return fmt.Errorf("ask the API server its version: %w", err)
+		}
+		entries := map[string]rewriterecord.Entry{}
+		now := time.Now().UTC().Truncate(time.Second)
+		for _, i := range done {
+			entries[results[i].Resource] = rewriterecord.Entry{Server: v.GitVersion, Version: results[i].Version, Objects: results[i].Objects, Completed: now}
+		}
+		rctx, cancel := context.WithTimeout(ctx, m.o.requestTimeout)
+		defer cancel()
+		return rewriterecord.Write(rctx, m.client, entries)
+	}()
+	if err != nil {
+		for _, i := range done {
+			results[i].Note = strings.TrimPrefix(results[i].Note+"; not recorded for kubectl dra preflight: "+err.Error(), "; ")
+			m.o.progress(results[i].Resource, "not recorded for kubectl dra preflight: "+err.Error())
+		}
+	}
+}
+
+func (m *Migrator) run(ctx context.Context) ([]Result, error) {
 	logger := klog.FromContext(ctx)
 	version, resources, err := m.resources()
 	if err != nil {

@@ -1,7 +1,9 @@
 package nodegroups
 
 import (
+	"encoding/json"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -25,6 +27,17 @@ const (
 	// KEP-5075): the counters still keep a GPU's partitions and its whole device apart, and each
 	// device's shares within its capacity.
 	SharedPartitions SharingMode = "shared-partitions"
+	// Attachable GPUs are whole GPUs that must be attached to the node before a pod may use them
+	// (KEP-5007 binding conditions): the scheduler allocates one, waits before binding the pod
+	// until the plugin reports it attached, and allocates again when attaching fails.
+	Attachable SharingMode = "attachable"
+)
+
+// Attach delays: how long a simulated attach takes by default, and the most a group may ask for
+// (the scheduler gives up waiting after 10 minutes by default).
+const (
+	DefaultAttachDelay = 2 * time.Second
+	MaxAttachDelay     = 5 * time.Minute
 )
 
 // Partitions reports whether the mode cuts GPUs into partitions.
@@ -58,6 +71,38 @@ type Sharing struct {
 	// DefaultMemoryPolicy and DefaultComputePolicy.
 	Memory  *CapacityPolicy `json:"memory,omitempty"`
 	Compute *CapacityPolicy `json:"compute,omitempty"`
+	// AttachDelay is how long attaching one GPU takes in mode attachable (default
+	// DefaultAttachDelay, at most MaxAttachDelay).
+	AttachDelay *AttachDelay `json:"attachDelay,omitempty"`
+}
+
+// AttachDelay is a duration as Go writes it (5s, 1m30s); a value that is none is refused naming
+// the field, which the config decoder's own error would not.
+type AttachDelay struct{ time.Duration }
+
+// UnmarshalJSON reads a quoted duration; its length is bounded by the config file's.
+func (d *AttachDelay) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("attachDelay: %s is not a duration; write one such as 5s", data)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("attachDelay: %q is not a duration; write one such as 5s", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as UnmarshalJSON reads it.
+func (d AttachDelay) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// AttachDelayOf is the group's attach delay with the default filled in.
+func (s *Sharing) AttachDelayOf() time.Duration {
+	if s == nil || s.AttachDelay == nil {
+		return DefaultAttachDelay
+	}
+	return s.AttachDelay.Duration
 }
 
 // CapacityPolicy is a capacity's request policy: a request is rounded up to Min plus a multiple of
@@ -129,9 +174,17 @@ func (s *Sharing) validate(path string, memory resource.Quantity, computeTotal r
 		return nil
 	}
 	switch s.Mode {
-	case "", Exclusive, SharedMemory, Partitioned, SharedPartitions:
+	case "", Exclusive, SharedMemory, Partitioned, SharedPartitions, Attachable:
 	default:
-		return fmt.Errorf("%s.mode: unknown mode %q; use exclusive, shared-memory, partitioned or shared-partitions", path, s.Mode)
+		return fmt.Errorf("%s.mode: unknown mode %q; use exclusive, shared-memory, partitioned, shared-partitions or attachable", path, s.Mode)
+	}
+	if s.AttachDelay != nil {
+		if s.Mode != Attachable {
+			return fmt.Errorf("%s: attachDelay applies only to mode attachable; set it or remove attachDelay", path)
+		}
+		if d := s.AttachDelay.Duration; d < 0 || d > MaxAttachDelay {
+			return fmt.Errorf("%s.attachDelay: %s is out of range; use 0s..%s", path, d, MaxAttachDelay)
+		}
 	}
 	if !s.Mode.Partitions() && s.Partitions != 0 {
 		return fmt.Errorf("%s: partitions applies only to modes partitioned and shared-partitions; set one of them or remove it", path)

@@ -3,6 +3,7 @@ package nodegroups
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -66,7 +67,15 @@ func TestSharingValidation(t *testing.T) {
 		{"policy on partitioned", `nodeGroups: [{name: a, sharing: {mode: partitioned, partitions: 2, memory: {min: 2Gi}}}]`,
 			"nodeGroups[0].sharing: memory and compute apply only to modes shared-memory and shared-partitions; set one of them or remove them"},
 		{"unknown mode", `nodeGroups: [{name: a, sharing: {mode: timesliced}}]`,
-			`nodeGroups[0].sharing.mode: unknown mode "timesliced"; use exclusive, shared-memory, partitioned or shared-partitions`},
+			`nodeGroups[0].sharing.mode: unknown mode "timesliced"; use exclusive, shared-memory, partitioned, shared-partitions or attachable`},
+		{"attach delay without attachable", `nodeGroups: [{name: a, sharing: {mode: shared-memory, attachDelay: 3s}}]`,
+			"nodeGroups[0].sharing: attachDelay applies only to mode attachable; set it or remove attachDelay"},
+		{"attach delay too long", `nodeGroups: [{name: a, sharing: {mode: attachable, attachDelay: 1h}}]`,
+			"nodeGroups[0].sharing.attachDelay: 1h0m0s is out of range; use 0s..5m0s"},
+		{"negative attach delay", `defaults: {sharing: {mode: attachable, attachDelay: -1s}}`,
+			"defaults.sharing.attachDelay: -1s is out of range; use 0s..5m0s"},
+		{"partitions on attachable", `nodeGroups: [{name: a, sharing: {mode: attachable, partitions: 2}}]`,
+			"nodeGroups[0].sharing: partitions applies only to modes partitioned and shared-partitions; set one of them or remove it"},
 		{"policy without shared-memory", `defaults: {sharing: {memory: {min: 2Gi}}}`,
 			"defaults.sharing: memory and compute apply only to modes shared-memory and shared-partitions; set one of them or remove them"},
 		{"min above memory", `nodeGroups: [{name: a, memory: 16Gi, sharing: {mode: shared-memory, memory: {min: 32Gi}}}]`,
@@ -119,5 +128,24 @@ func TestSharedPartitionsValid(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("%s: %v", config, err)
 		}
+	}
+}
+
+// TestAttachable: an attachable group's attach delay is its own or the default; a delay that is no
+// duration is refused with the field's name.
+func TestAttachable(t *testing.T) {
+	cfg, err := LoadConfig("testdata/sharing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for labels, want := range map[string]time.Duration{"attach": 5 * time.Second, "attach-default": DefaultAttachDelay} {
+		got := cfg.ForNode(map[string]string{"g": labels})
+		if got.ModeOf() != Attachable || got.Sharing.AttachDelayOf() != want {
+			t.Errorf("group %s: mode %s, attach delay %s; want attachable, %s", labels, got.ModeOf(), got.Sharing.AttachDelayOf(), want)
+		}
+	}
+	_, err = ParseConfig([]byte(`nodeGroups: [{name: a, sharing: {mode: attachable, attachDelay: soon}}]`))
+	if err == nil || !strings.Contains(err.Error(), "attachDelay") {
+		t.Errorf("ParseConfig with attachDelay: soon = %v, want an error naming attachDelay", err)
 	}
 }

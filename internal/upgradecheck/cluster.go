@@ -98,7 +98,7 @@ func CheckCluster(ctx context.Context, c Conn, target Release, opts ...Option) (
 	}
 	logger.V(2).Info("Checking cluster", "server", server, "served", served, "target", target)
 	cl := &Cluster{Versions: checkVersions(server, served, target)}
-	cl.Storage = checkStorage(ctx, c, o, served, groupVersions(groups), target)
+	cl.Storage = checkStorage(ctx, c, o, server, served, groupVersions(groups), target)
 	cl.Clients = checkClients(ctx, c, o, target)
 	cl.Install = checkInstall(ctx, c, o)
 	return cl, target, nil

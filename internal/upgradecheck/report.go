@@ -75,7 +75,10 @@ type StoredResource struct {
 	Encoding string `json:"encoding,omitempty"`
 	// Migration names the StorageVersionMigration that rewrote its objects.
 	Migration string `json:"migration,omitempty"`
-	Status    Status `json:"status"`
+	// Rewrite describes the rewrite of all its objects kubectl dra migrate recorded, where no
+	// StorageVersionMigration did the work.
+	Rewrite string `json:"rewrite,omitempty"`
+	Status  Status `json:"status"`
 }
 
 // Clients lists the deprecated versions clients requested since the API server started.

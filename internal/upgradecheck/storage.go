@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	apiserverinternal "k8s.io/api/apiserverinternal/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpu-dra/gpu-dra/internal/resourceversion"
+	"github.com/gpu-dra/gpu-dra/internal/rewriterecord"
 )
 
 // migration is one StorageVersionMigration of any served version, reduced to what the check
@@ -21,12 +25,13 @@ type migration struct {
 	succeeded             bool
 }
 
-func checkStorage(ctx context.Context, c Conn, o options, served []string, groups map[string]bool, target Release) Storage {
+func checkStorage(ctx context.Context, c Conn, o options, server string, served []string, groups map[string]bool, target Release) Storage {
 	st := Storage{Status: Safe, Resources: []StoredResource{}}
 	if len(served) == 0 {
 		return st
 	}
 	migrations, source, migErr := listMigrations(ctx, c, o, groups)
+	rewrites, stale, recErr := readRewrites(ctx, c, o, server)
 	st.Source = source
 	encodings := storageEncodings(ctx, c, o, groups)
 	if encodings != nil {
@@ -47,8 +52,11 @@ func checkStorage(ctx context.Context, c Conn, o options, served []string, group
 		}
 		if err == nil && n > 0 && r.Status == Safe {
 			r.Migration = succeededFor(migrations, res)
+			if r.Migration == "" {
+				r.Rewrite = rewrites[res]
+			}
 			switch {
-			case r.Migration != "":
+			case r.Migration != "" || r.Rewrite != "":
 			case migErr != nil:
 				r.Status = Unknown
 			case source != "":
@@ -56,14 +64,21 @@ func checkStorage(ctx context.Context, c Conn, o options, served []string, group
 			default:
 				r.Status = Unknown
 			}
-			unmigrated = unmigrated || r.Migration == ""
+			unmigrated = unmigrated || (r.Migration == "" && r.Rewrite == "")
 		}
 		st.Status = worst(st.Status, r.Status)
 		st.Resources = append(st.Resources, r)
 	}
-	switch {
-	case !unmigrated:
+	if !unmigrated {
 		return st
+	}
+	if recErr != nil {
+		st.Reason = appendReason(st.Reason, recErr.Error())
+	}
+	if stale != "" {
+		st.Reason = appendReason(st.Reason, stale)
+	}
+	switch {
 	case migErr != nil:
 		st.Reason = appendReason(st.Reason, migErr.Error())
 	case source == "":
@@ -202,4 +217,46 @@ func pages(ctx context.Context, o options, list func(context.Context, metav1.Lis
 		}
 		cont = next
 	}
+}
+
+// readRewrites are the complete rewrites kubectl dra migrate recorded (rewriterecord), by
+// resource, described for the report; only those made by the release the cluster runs count, as
+// a newer one may store objects in another version: stale says which were set aside. No record
+// is no rewrite; a record that cannot be read is an error for the reason, and counts as none.
+func readRewrites(ctx context.Context, c Conn, o options, server string) (map[string]string, string, error) {
+	var cm *corev1.ConfigMap
+	err := bounded(ctx, o, func(ctx context.Context) error {
+		var err error
+		cm, err = c.Kube.CoreV1().ConfigMaps(rewriterecord.Namespace).Get(ctx, rewriterecord.Name, metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("read the record of kubectl dra migrate's rewrites (ConfigMap %s/%s): %w", rewriterecord.Namespace, rewriterecord.Name, err)
+	}
+	entries, err := rewriterecord.Decode(cm)
+	if err != nil {
+		return nil, "", err
+	}
+	cur, curErr := ParseRelease(server)
+	out := map[string]string{}
+	var old []string
+	for _, res := range Resources {
+		e, ok := entries[res]
+		if !ok {
+			continue
+		}
+		if rel, err := ParseRelease(e.Server); curErr != nil || err != nil || rel != cur {
+			old = append(old, fmt.Sprintf("%s on %s", res, e.Server))
+			continue
+		}
+		out[res] = fmt.Sprintf("rewritten by %s on %s, %s", MigrateCommand, e.Server, e.Completed.UTC().Format(time.RFC3339))
+	}
+	stale := ""
+	if len(old) > 0 {
+		stale = fmt.Sprintf("%s rewrote %s, not on the release the cluster runs (%s), which may store objects in another version", MigrateCommand, strings.Join(old, ", "), server)
+	}
+	return out, stale, nil
 }

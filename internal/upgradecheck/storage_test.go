@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	apiserverinternal "k8s.io/api/apiserverinternal/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,7 +16,14 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/metadata"
+
+	"github.com/gpu-dra/gpu-dra/internal/rewriterecord"
 )
+
+// rewriteEntry is a record's entry of a complete rewrite made on server.
+func rewriteEntry(server string) string {
+	return `{"server":"` + server + `","version":"v1","objects":7,"completed":"2026-12-01T00:00:00Z"}`
+}
 
 // pagedMetadata serves total objects of every resource in pages of at most the requested limit,
 // recording the limits asked for (client-go's fake drops limit and continue).
@@ -69,10 +77,12 @@ func TestCheckStorage(t *testing.T) {
 		groups     []string
 		migrations []runtime.Object
 		encoding   string
-		objects    int
-		want       Status
-		source     string
-		reason     string
+		// rewrites are the record of kubectl dra migrate's rewrites (rewriterecord's data).
+		rewrites map[string]string
+		objects  int
+		want     Status
+		source   string
+		reason   string
 	}{
 		{name: "no objects", objects: 0, want: Safe},
 		{name: "no migration API", objects: 1234, want: Unknown, reason: "does not serve storagemigration.k8s.io"},
@@ -82,6 +92,21 @@ func TestCheckStorage(t *testing.T) {
 		{name: "v1 migration failed", objects: 3, groups: []string{"storagemigration.k8s.io/v1", "storagemigration.k8s.io/v1alpha1"}, want: NotSafe, source: "storagemigration.k8s.io/v1",
 			migrations: []runtime.Object{svm("v1", "a", "deviceclasses", "Failed"), svm("v1alpha1", "b", "resourceclaims", "Succeeded")},
 			reason:     "no StorageVersionMigration of storagemigration.k8s.io/v1 has succeeded"},
+		{name: "rewritten on this release, no migration API", objects: 7, want: Safe, rewrites: map[string]string{
+			"deviceclasses": rewriteEntry("v1.37.2"), "resourceclaims": rewriteEntry("v1.37.2"),
+			"resourceclaimtemplates": rewriteEntry("v1.37.0"), "resourceslices": rewriteEntry("v1.37.2")}},
+		{name: "rewrite recorded for some resources", objects: 7, want: Unknown, rewrites: map[string]string{"deviceclasses": rewriteEntry("v1.37.2")},
+			reason: "does not serve storagemigration.k8s.io"},
+		{name: "rewritten on an older release", objects: 7, want: Unknown, rewrites: map[string]string{
+			"deviceclasses": rewriteEntry("v1.36.3"), "resourceclaims": rewriteEntry("v1.37.2"),
+			"resourceclaimtemplates": rewriteEntry("v1.37.2"), "resourceslices": rewriteEntry("v1.37.2")},
+			reason: "rewrote deviceclasses on v1.36.3, not on the release the cluster runs (v1.37.2)"},
+		{name: "rewritten, migration API served and failed", objects: 7, groups: []string{"storagemigration.k8s.io/v1"}, want: Safe, source: "storagemigration.k8s.io/v1",
+			migrations: []runtime.Object{svm("v1", "a", "deviceclasses", "Failed")}, rewrites: map[string]string{
+				"deviceclasses": rewriteEntry("v1.37.2"), "resourceclaims": rewriteEntry("v1.37.2"),
+				"resourceclaimtemplates": rewriteEntry("v1.37.2"), "resourceslices": rewriteEntry("v1.37.2")}},
+		{name: "record unreadable", objects: 7, want: Unknown, rewrites: map[string]string{"deviceclasses": "{"},
+			reason: "data.deviceclasses: unexpected end of JSON input"},
 		{name: "written as v1beta1", objects: 0, groups: []string{"internal.apiserver.k8s.io/v1alpha1"}, encoding: "resource.k8s.io/v1beta1", want: NotSafe,
 			source: "internal.apiserver.k8s.io/v1alpha1", reason: "writes deviceclasses as resource.k8s.io/v1beta1"},
 	} {
@@ -92,6 +117,9 @@ func TestCheckStorage(t *testing.T) {
 					kubeObjs = append(kubeObjs, &apiserverinternal.StorageVersion{ObjectMeta: metav1.ObjectMeta{Name: "resource.k8s.io." + res},
 						Status: apiserverinternal.StorageVersionStatus{CommonEncodingVersion: &tc.encoding}})
 				}
+			}
+			if tc.rewrites != nil {
+				kubeObjs = append(kubeObjs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: rewriterecord.Namespace, Name: rewriterecord.Name}, Data: tc.rewrites})
 			}
 			kube := fake.NewClientset(kubeObjs...)
 			disc := kube.Discovery().(*fakediscovery.FakeDiscovery)
@@ -109,7 +137,7 @@ func TestCheckStorage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := checkStorage(context.Background(), c, options{requestTimeout: defaultRequestTimeout}, []string{"v1"}, groupVersions(groups), target)
+			got := checkStorage(context.Background(), c, options{requestTimeout: defaultRequestTimeout}, "v1.37.2", []string{"v1"}, groupVersions(groups), target)
 			if got.Status != tc.want || got.Source != tc.source || !strings.Contains(got.Reason, tc.reason) {
 				t.Errorf("status %q source %q reason %q; want %q, %q, a reason containing %q", got.Status, got.Source, got.Reason, tc.want, tc.source, tc.reason)
 			}

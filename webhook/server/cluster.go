@@ -7,7 +7,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
@@ -20,9 +22,11 @@ import (
 // feature probes.
 type cluster struct {
 	informers *inventory.Informers
-	features  *servedfeatures.Detector
-	cs        kubernetes.Interface
-	shared    sharedDevices
+	// classes are the stored DeviceClasses, as restored (classRestorer.list).
+	classes  func() []*resourceapi.DeviceClass
+	features *servedfeatures.Detector
+	cs       kubernetes.Interface
+	shared   sharedDevices
 }
 
 // sharedDevices tells whether the driver publishes GPUs several claims may share
@@ -37,16 +41,27 @@ var (
 	_ claimadmission.NamespaceLabels    = &cluster{}
 )
 
+// extendedResourceKubelet is the first release whose kubelet, with its defaults, prepares the
+// claim the scheduler makes for a pod's extended resources (DRAExtendedResource, beta in 1.36).
+// During an upgrade the control plane goes first: an older kubelet admits such a pod without the
+// resource it does not advertise, and runs it without GPUs.
+var extendedResourceKubelet = version.MajorMinor(1, 36)
+
 // ServesExtendedResource: the API server keeps DeviceClass extendedResourceName (read back from
 // the stored classes), and for an explicit name the stored class has it (a class just upgraded by
-// helm may not yet). The scheduler's gate cannot be seen from the API; it is assumed to match the
-// API server's, as it does with every release's defaults.
+// helm may not yet), and no node runs a kubelet too old to prepare the claim the scheduler makes.
+// The scheduler's gate cannot be seen from the API; it is assumed to match the API server's, as it
+// does with every release's defaults.
 func (c *cluster) ServesExtendedResource(ctx context.Context, name corev1.ResourceName, class string) bool {
 	if !c.informers.HasSynced() {
 		return false
 	}
-	classes := c.informers.DeviceClasses()
+	classes := c.classes()
 	if !c.features.ExtendedResources(ctx, classes) {
+		return false
+	}
+	if node := c.informers.KubeletBefore(extendedResourceKubelet); node != "" {
+		klog.FromContext(ctx).V(2).Info("A kubelet older than the release that serves DRA extended resources runs; turning limits into a claim", "node", node, "release", extendedResourceKubelet)
 		return false
 	}
 	if strings.HasPrefix(string(name), resourceapi.ResourceDeviceClassPrefix) {

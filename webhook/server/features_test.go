@@ -4,12 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	draclient "k8s.io/dynamic-resource-allocation/client"
@@ -61,14 +63,27 @@ func TestServedFeaturesThroughAPIServer(t *testing.T) {
 	type want struct{ extended, list, adminDenied bool }
 	cases := map[string][]struct {
 		name, runtimeConfig, gates string
-		want                       want
+		// dropped: the class is stored without its extendedResourceName, as an API server that
+		// did not serve the field (1.34, 1.35 by default) left it; the webhook restores it where
+		// the field is served.
+		dropped bool
+		// kubelet, when set, is the kubeletVersion of a node in the cluster.
+		kubelet string
+		want    want
 	}{
-		"1.32": {{"seed flags", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true", want{}}},
+		"1.32": {{"seed flags", "resource.k8s.io/v1beta1=true", "DynamicResourceAllocation=true", false, "", want{}}},
 		"1.34": {
-			{"defaults", testapiserver.AllVersions, "", want{list: true, adminDenied: true}},
-			{"gates flipped", testapiserver.AllVersions, "DRAExtendedResource=true,DRAPrioritizedList=false,DRAAdminAccess=false", want{extended: true}},
+			{"defaults", testapiserver.AllVersions, "", false, "", want{list: true, adminDenied: true}},
+			{"class stored by an older release", testapiserver.AllVersions, "", true, "", want{list: true, adminDenied: true}},
+			{"gates flipped", testapiserver.AllVersions, "DRAExtendedResource=true,DRAPrioritizedList=false,DRAAdminAccess=false", false, "", want{extended: true}},
 		},
-		"1.37": {{"defaults", "resource.k8s.io/v1=true", "", want{extended: true, list: true, adminDenied: true}}},
+		"1.37": {
+			{"defaults", "resource.k8s.io/v1=true", "", false, "", want{extended: true, list: true, adminDenied: true}},
+			{"class stored by an older release", "resource.k8s.io/v1=true", "", true, "", want{extended: true, list: true, adminDenied: true}},
+			{"kubelet of 1.37", "resource.k8s.io/v1=true", "", true, "v1.37.2", want{extended: true, list: true, adminDenied: true}},
+			// The control plane is upgraded first: a 1.34 kubelet would run the pod without GPUs.
+			{"kubelet of 1.34 under it", "resource.k8s.io/v1=true", "", true, "v1.34.2", want{list: true, adminDenied: true}},
+		},
 	}
 	minor := testapiserver.Minor(t)
 	if cases[minor] == nil {
@@ -95,16 +110,34 @@ func TestServedFeaturesThroughAPIServer(t *testing.T) {
 				Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}},
 				ExtendedResourceName: ptr.To("gpu.example.com/gpu"),
 			}}
+			if tc.dropped {
+				class.Spec.ExtendedResourceName = nil
+			}
 			if _, err := draclient.New(cs).DeviceClasses().Create(ctx, class, metav1.CreateOptions{FieldValidation: metav1.FieldValidationIgnore}); err != nil {
 				t.Fatal(err)
 			}
 
+			if tc.kubelet != "" {
+				node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node"}, Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{KubeletVersion: tc.kubelet}}}
+				if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			startWebhook(ctx, t, srv, func(o *Options) {
 				o.Namespace = "gpu-dra"
 				o.DeviceClasses = []podinject.DeviceClass{{Name: "gpu.example.com", ExtendedResourceName: "gpu.example.com/gpu"}}
 			})
 
 			t.Run("limits", func(t *testing.T) {
+				if tc.dropped && tc.want.extended || tc.kubelet != "" {
+					// The webhook restores the field once its informers have synced.
+					if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+						dc, err := draclient.New(cs).DeviceClasses().Get(ctx, class.Name, metav1.GetOptions{})
+						return err == nil && ptr.Deref(dc.Spec.ExtendedResourceName, "") == "gpu.example.com/gpu", nil
+					}); err != nil {
+						t.Fatalf("the webhook did not restore the class's extendedResourceName: %v", err)
+					}
+				}
 				pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "limits"}, Spec: v1.PodSpec{Containers: []v1.Container{{
 					Name: "app", Image: "busybox", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{"gpu.example.com/gpu": resource.MustParse("2")}},
 				}}}}

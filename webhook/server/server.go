@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -154,6 +155,7 @@ type handlers struct {
 	informers *inventory.Informers
 	claims    *inventory.Claims
 	features  *servedfeatures.Detector
+	restorer  *classRestorer
 	templates *podinject.APIClient
 	validator *claimvalidation.Validator
 	injector  *podinject.Handler
@@ -178,17 +180,18 @@ func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 	h := &handlers{}
 	h.informers = inventory.NewInformers(cs, o.Resync, func() { h.validator.Invalidate() }, advertised...)
 	h.claims = inventory.NewClaims(cs, o.Resync, func() { h.validator.InvalidateClaims() })
+	h.restorer = &classRestorer{classes: o.DeviceClasses, stored: h.informers.DeviceClasses, patch: cs.ResourceV1().DeviceClasses()}
 	h.features = servedfeatures.New(cs, o.Namespace,
 		servedfeatures.WithFallback(servedfeatures.PrioritizedList, "pods whose model annotation lists several models are denied with the fix"),
 		servedfeatures.WithFallback(servedfeatures.AdminAccess, "claims asking for adminAccess are admitted with a warning that it is dropped"),
 		servedfeatures.WithFallback(servedfeatures.ExtendedResource, "the pod webhook turns containers' limits of the DeviceClasses' extended resources into claims"),
 		servedfeatures.WithFallback(servedfeatures.ConsumableCapacity, "claims are judged without capacity requests, and the memory annotation stays a least-memory selector"),
 		servedfeatures.WithFallback(servedfeatures.PartitionableDevices, "claims are judged without counters"),
-		servedfeatures.WithStoredClasses(h.informers.DeviceClasses))
+		servedfeatures.WithStoredClasses(h.restorer.list))
 	h.fleet = fleetmetrics.New(o.DriverName, fleetmetrics.WithRefresh(func() { h.validator.InvalidateClaims() }))
 	h.validator = claimvalidation.New(o.DriverName, groups, o.Deny, h.informers, claimvalidation.WithServed(h.features),
 		claimvalidation.WithClaims(h.claims, diagnosis.WithRebuildObserver(h.fleet.Observe)))
-	h.cluster = &cluster{informers: h.informers, features: h.features, cs: cs, shared: h.validator}
+	h.cluster = &cluster{informers: h.informers, classes: h.restorer.list, features: h.features, cs: cs, shared: h.validator}
 	h.templates = podinject.NewAPIClient(cs, podinject.WithMaxTemplatesPerNamespace(o.MaxTemplatesPerNamespace))
 	injector, err := podinject.NewHandler(h.templates,
 		podinject.WithDriverName(o.DriverName),
@@ -215,11 +218,12 @@ func (h *handlers) run(ctx context.Context) {
 	// and say so in the log once.
 	h.features.Warm(ctx)
 	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced) {
-		h.features.ExtendedResources(ctx, h.informers.DeviceClasses())
+		h.restorer.restore(ctx)
+		h.features.ExtendedResources(ctx, h.restorer.list())
 	}
 	// A control-plane upgrade turns features on under the running webhook: ask again
 	// periodically, not only when a cached answer expires at a request.
-	go h.features.Run(ctx, featureRefresh)
+	go wait.JitterUntilWithContext(ctx, h.refresh, featureRefresh, servedfeatures.RefreshJitter, false)
 	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced, h.claims.HasSynced) {
 		// The initial lists are the process's peak (pages decoded next to what the caches
 		// keep): hand that back to the OS now rather than when the scavenger gets to it,
@@ -227,6 +231,16 @@ func (h *handlers) run(ctx context.Context) {
 		debug.FreeOSMemory()
 	}
 	<-ctx.Done()
+}
+
+// refresh asks the API server again what it serves. The chart's classes get back the
+// extendedResourceName an older release dropped as soon as the API server keeps it, and the
+// feature is read from them as restored, in the same round.
+func (h *handlers) refresh(ctx context.Context) {
+	if h.informers.HasSynced() {
+		h.restorer.restore(ctx)
+	}
+	h.features.Refresh(ctx)
 }
 
 // routes are the handlers by the path the webhook serves each at.

@@ -86,12 +86,12 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 		})
 	}
 	run("ResourceSlices", func() (int, error) {
-		n, err := listKept(ctx, p, "ResourceSlices", metav1.ListOptions{}, c.dra.ResourceSlices().List, &state.Slices, keptSlice)
+		n, err := listKept(ctx, p, "ResourceSlices", metav1.ListOptions{Limit: slicesPageSize}, c.dra.ResourceSlices().List, &state.Slices, keptSlice)
 		return n, wrapList("ResourceSlices", err)
 	})
 	if opts.claims {
 		run("ResourceClaims", func() (int, error) {
-			n, err := listKept(ctx, p, "ResourceClaims", metav1.ListOptions{}, c.dra.ResourceClaims("").List, &state.Claims, keptClaim)
+			n, err := listKept(ctx, p, "ResourceClaims", metav1.ListOptions{Limit: claimsPageSize}, c.dra.ResourceClaims("").List, &state.Claims, keptClaim)
 			return n, wrapList("ResourceClaims in all namespaces", err)
 		})
 	}
@@ -132,7 +132,7 @@ func wrapList(what string, err error) error {
 // listNodes reads the nodes' names and labels only (keptNode) into out: a thousand full Nodes
 // are megabytes of status.
 func (c *readClient) listNodes(ctx context.Context, p *progress, labelSelector, name string, out *[]*corev1.Node) (int, error) {
-	opts := metav1.ListOptions{LabelSelector: labelSelector}
+	opts := metav1.ListOptions{LabelSelector: labelSelector, Limit: nodesPageSize}
 	if name != "" {
 		opts.FieldSelector = "metadata.name=" + name
 	}

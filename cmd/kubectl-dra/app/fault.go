@@ -57,18 +57,23 @@ faults.noExecuteKinds) where the API server keeps device taints, reports it Unhe
 kubelet (the pods' status.containerStatuses[].allocatedResourcesStatus), and puts an Event on the
 pods using it. "clear" removes the fault and with it the taint.
 
-Kinds: xid (the GPU reported an XID error), fallen-off (it fell off the bus).`,
+Kinds: xid (the GPU reported an XID error), fallen-off (it fell off the bus), attach-failure
+(attaching the GPU to its node fails, in an attachable node group: each claim allocated the GPU
+gets AttachFailed and the scheduler allocates again; the GPU is not tainted nor unhealthy).`,
 		Example: `  # GPU 3 of node worker-1 reports an XID error
   kubectl dra fault set worker-1/gpu-3 --kind xid --message "XID 79: GPU has fallen off the bus"
 
   # It is fine again
   kubectl dra fault clear worker-1/gpu-3
 
+  # Attaching GPU 0 of node worker-2 (an attachable node group) fails from now on
+  kubectl dra fault set worker-2/gpu-0 --kind attach-failure --message "fabric link down"
+
   # Every node's faults
   kubectl dra fault list`,
 	}
 	set := &cobra.Command{
-		Use:   "set NODE/DEVICE --kind xid|fallen-off [--message TEXT]",
+		Use:   "set NODE/DEVICE --kind xid|fallen-off|attach-failure [--message TEXT]",
 		Short: "Mark a GPU faulty",
 		Args:  cobra.ExactArgs(1),
 		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0], true) },

@@ -101,8 +101,9 @@ func fakeSlices(n int) *fakePages {
 }
 
 // TestListPages: status reads every claim and slice of a cluster that serves them in pages,
-// asking for pages of 500 with resourceVersion "" (what the watch cache serves pages of from
-// 1.34), following each continue token, and starting a list over once when its token expires.
+// asking for pages of 5,000 claims and 1,000 slices with resourceVersion "" (what the watch cache
+// serves pages of from 1.34), following each continue token, and starting a list over once when
+// its token expires.
 func TestListPages(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -111,15 +112,15 @@ func TestListPages(t *testing.T) {
 		wantClaimRequests int
 		wantErr, wantNote string
 	}{
-		{name: "pages followed", claims: fakeClaims(1234), wantClaimRequests: 3},
-		{name: "exact multiple of the page", claims: fakeClaims(1000), wantClaimRequests: 2},
-		{name: "expired token restarts once", claims: fakeClaims(1234, 2), wantClaimRequests: 2 + 3,
+		{name: "pages followed", claims: fakeClaims(10340), wantClaimRequests: 3},
+		{name: "exact multiple of the page", claims: fakeClaims(10000), wantClaimRequests: 2},
+		{name: "expired token restarts once", claims: fakeClaims(10340, 2), wantClaimRequests: 2 + 3,
 			wantNote: "kubectl dra: listing ResourceClaims again: the list changed too much between two pages"},
-		{name: "expired twice is an error", claims: fakeClaims(1234, 2, 4), wantClaimRequests: 4,
+		{name: "expired twice is an error", claims: fakeClaims(10340, 2, 4), wantClaimRequests: 4,
 			wantErr: "list ResourceClaims in all namespaces: The provided continue parameter is too old"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			slices := fakeSlices(1201)
+			slices := fakeSlices(2001)
 			cs := fake.NewClientset()
 			cs.PrependReactor("list", "resourceclaims", tc.claims.react)
 			cs.PrependReactor("list", "resourceslices", slices.react)
@@ -136,10 +137,13 @@ func TestListPages(t *testing.T) {
 			if got := len(tc.claims.requests); got != tc.wantClaimRequests {
 				t.Errorf("%d claim list requests, want %d", got, tc.wantClaimRequests)
 			}
-			for _, f := range []*fakePages{tc.claims, slices} {
-				for i, o := range f.requests {
-					if o.Limit != listPageSize || o.ResourceVersion != "" || o.ResourceVersionMatch != "" {
-						t.Errorf("request %d: limit %d, resourceVersion %q, match %q; want limit %d from the watch cache's consistent read", i, o.Limit, o.ResourceVersion, o.ResourceVersionMatch, listPageSize)
+			for _, f := range []struct {
+				pages *fakePages
+				limit int64
+			}{{tc.claims, 5000}, {slices, 1000}} {
+				for i, o := range f.pages.requests {
+					if o.Limit != f.limit || o.ResourceVersion != "" || o.ResourceVersionMatch != "" {
+						t.Errorf("request %d: limit %d, resourceVersion %q, match %q; want limit %d from the watch cache's consistent read", i, o.Limit, o.ResourceVersion, o.ResourceVersionMatch, f.limit)
 					}
 				}
 			}

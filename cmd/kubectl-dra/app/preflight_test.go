@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
+	"github.com/gpu-dra/gpu-dra/internal/rewriterecord"
 	"github.com/gpu-dra/gpu-dra/internal/upgradecheck"
 )
 
@@ -32,10 +34,13 @@ import (
 // many objects of each resource.k8s.io resource it holds, which resources a StorageVersionMigration
 // rewrote, its /metrics (a testdata file; "" answers 403) and the chart's workloads.
 type fakeCluster struct {
-	server    string
-	served    []string
-	objects   map[string]int
-	migrated  []string
+	server   string
+	served   []string
+	objects  map[string]int
+	migrated []string
+	// rewritten are the resources kubectl dra migrate recorded as rewritten, each with the API
+	// server's version at the time.
+	rewritten map[string]string
 	metrics   string
 	workloads []runtime.Object
 }
@@ -57,7 +62,15 @@ func (f fakeCluster) conn(t *testing.T) upgradecheck.Conn {
 		t.Fatal(err)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClient(svmScheme, migrations...)
-	kube := fake.NewClientset(f.workloads...)
+	kubeObjs := f.workloads
+	if f.rewritten != nil {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: rewriterecord.Namespace, Name: rewriterecord.Name}, Data: map[string]string{}}
+		for res, server := range f.rewritten {
+			cm.Data[res] = fmt.Sprintf(`{"server":%q,"version":"v1","objects":%d,"completed":"2026-12-04T15:00:00Z"}`, server, f.objects[res])
+		}
+		kubeObjs = append(slices.Clone(kubeObjs), cm)
+	}
+	kube := fake.NewClientset(kubeObjs...)
 	disc := kube.Discovery().(*fakediscovery.FakeDiscovery)
 	disc.FakedServerVersion = &version.Info{GitVersion: f.server}
 	newest := ""
@@ -139,6 +152,12 @@ func TestPreflightGolden(t *testing.T) {
 		{name: "1.37-migrated", code: 0, cluster: &fakeCluster{server: "v1.37.2",
 			served:  append([]string{"storagemigration.k8s.io/v1"}, allResourceVersions...),
 			objects: objects, migrated: []string{"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"},
+			metrics: "after-migration.metrics", workloads: chartWorkloads("0.1.0")}},
+		{name: "1.37-rewritten-without-migration-api", code: 0, cluster: &fakeCluster{server: "v1.37.2", served: allResourceVersions,
+			objects: objects, rewritten: map[string]string{"deviceclasses": "v1.37.2", "resourceclaims": "v1.37.2", "resourceclaimtemplates": "v1.37.2", "resourceslices": "v1.37.2"},
+			metrics: "after-migration.metrics", workloads: chartWorkloads("0.1.0")}},
+		{name: "1.37-rewritten-on-1.36", code: ExitUnknown, cluster: &fakeCluster{server: "v1.37.2", served: allResourceVersions,
+			objects: objects, rewritten: map[string]string{"deviceclasses": "v1.36.3", "resourceclaims": "v1.37.2", "resourceclaimtemplates": "v1.37.2", "resourceslices": "v1.37.2"},
 			metrics: "after-migration.metrics", workloads: chartWorkloads("0.1.0")}},
 		{name: "1.37-migrated-to-1.39", to: "1.39", code: ExitNotSafe, cluster: &fakeCluster{server: "v1.37.2",
 			served:  append([]string{"storagemigration.k8s.io/v1"}, allResourceVersions...),

@@ -88,6 +88,8 @@ func printStorage(t *textWriter, s upgradecheck.Storage) {
 		switch {
 		case r.Migration != "":
 			detail = "migrated (" + r.Migration + ")"
+		case r.Rewrite != "":
+			detail = "migrated (" + r.Rewrite + ")"
 		case r.Objects > 0 && r.Status == upgradecheck.NotSafe:
 			detail = "not migrated"
 		case r.Objects > 0 && r.Status == upgradecheck.Unknown:

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -49,9 +50,10 @@ DRADeviceTaints is on); a device with a NoSchedule or NoExecute taint or such a 
 UNHEALTHY in the totals, whether or not a claim holds it.
 
 It reads with your credentials: ResourceSlices, ResourceClaims in all namespaces and, where the
-cluster serves them, DeviceTaintRules, plus Nodes with -l or --node, each listed in pages of 500
-(from the API server's watch cache on Kubernetes 1.34 and later); or all of them from
---cluster-state (e.g. the output of "kubectl get resourceslices,resourceclaims -A -o yaml").`,
+cluster serves them, DeviceTaintRules, plus Nodes with -l or --node, each listed in pages (5,000
+claims or nodes, 1,000 slices a request; from the API server's watch cache on Kubernetes 1.34 and
+later); or all of them from --cluster-state (e.g. the output of "kubectl get
+resourceslices,resourceclaims -A -o yaml").`,
 		Example: `  # Every GPU of the cluster and who holds it
   kubectl dra status
 
@@ -120,7 +122,14 @@ func (o *statusOptions) run(ctx context.Context) error {
 		}
 		fmt.Fprintf(o.streams.ErrOut, "No devices of %s published%s.\n", what, o.describeSelection())
 	}
-	return printStatus(o.streams.Out, rep, o.output == "wide")
+	// The table writer writes every cell and its padding on its own: unbuffered, the 40,000 rows
+	// of a large fleet were half a million write calls, a third of the command's CPU.
+	out := bufio.NewWriterSize(o.streams.Out, 64<<10)
+	err = printStatus(out, rep, o.output == "wide")
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 func (o *statusOptions) describeSelection() string {

@@ -53,8 +53,8 @@ the cluster's current allocations, so the answer agrees with the scheduler's.
 
 It reads with your credentials: the pod and its claims, ResourceSlices and, where served,
 DeviceTaintRules; for a claim that is not allocated also DeviceClasses, Nodes (names and labels)
-and the allocations of the ResourceClaims in all namespaces. Lists go in pages of 500 (from the
-API server's watch cache on Kubernetes 1.34 and later). Or all of them from --cluster-state.
+and the allocations of the ResourceClaims in all namespaces. Lists go in pages (5,000 claims or
+nodes, 1,000 slices a request; from the API server's watch cache on Kubernetes 1.34 and later). Or all of them from --cluster-state.
 Causes in -o json: ` + strings.Join(causeNames(), ", ") + `.`,
 		Example: `  # A pod stuck in Pending
   kubectl dra why pod/train-0 -n team-a

@@ -74,6 +74,11 @@ func main() {
 		return nil
 	})
 	fs.StringVar(&o.Upstream, "upstream-webhook", "", "dra-example-webhook binary (kubernetes-sigs/dra-example-driver) compared with ours at the largest fleet (empty: skip)")
+	cliOnly := fs.Bool("cli-only", false, "only time kubectl dra status and why, on a kube-apiserver of its own (--baseline-assets) holding the largest of --nodes and --claims; --kubectl-dra may name several binaries, comma-separated, timed in turn")
+	cliRuns := fs.Int("cli-runs", 5, "with --cli-only: rounds of status and why per binary")
+	cliEtcd := fs.String("cli-etcd-dir", "", "with --cli-only: etcd data directory kept between runs, so that a second run skips writing the fleet (empty: a temporary one)")
+	runtimeConfig := fs.String("runtime-config", "", "with --cli-only: kube-apiserver's --runtime-config (the fleet is written as resource.k8s.io/v1: 1.34 or later)")
+	featureGates := fs.String("feature-gates", "", "with --cli-only: kube-apiserver's --feature-gates")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -81,6 +86,16 @@ func main() {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
+	if *cliOnly {
+		co := scale.CLIOptions{Assets: o.BaselineAssets, RuntimeConfig: *runtimeConfig, FeatureGates: *featureGates, EtcdDir: *cliEtcd, ChartRender: o.ChartRender,
+			NodeGroups: o.NodeGroups, WorkDir: o.WorkDir, Nodes: o.Nodes[len(o.Nodes)-1], Claims: o.Claims, Workers: o.Workers,
+			KubectlDra: strings.Split(o.KubectlDra, ","), Runs: *cliRuns}
+		if err := scale.RunCLI(ctx, co, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "scale:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	run := func() error { return scale.Run(ctx, o, os.Stdout) }
 	if len(mo.Webhooks) > 0 {
 		run = func() error { return scale.Memory(ctx, o, mo, os.Stdout) }

@@ -1,0 +1,176 @@
+package scale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
+)
+
+// CLIOptions configure RunCLI: kubectl dra status and why against a kube-apiserver of its own
+// (envtest's etcd and kube-apiserver) holding a fleet and its claims, no webhook, no controllers.
+type CLIOptions struct {
+	// Assets holds etcd and kube-apiserver of the release to measure.
+	Assets string
+	// RuntimeConfig is kube-apiserver's --runtime-config, FeatureGates its --feature-gates; empty
+	// serves the release's defaults. The fleet is written as resource.k8s.io/v1 (1.34 or later).
+	RuntimeConfig, FeatureGates string
+	// EtcdDir keeps the fleet between runs: a second run with the same directory skips the
+	// writing. Empty: a temporary directory.
+	EtcdDir     string
+	ChartRender string
+	NodeGroups  string
+	WorkDir     string
+	Nodes       int
+	// Claims is the fraction of the fleet's GPUs held by allocated claims, one GPU each.
+	Claims  float64
+	Workers int
+	// KubectlDra are the binaries timed, each run going through all of them in turn, so that
+	// two builds are compared on the same server minutes apart at most.
+	KubectlDra []string
+	Runs       int
+}
+
+// Validate bounds every count and names the flag to fix.
+func (o *CLIOptions) Validate() error {
+	var errs []error
+	if o.Assets == "" {
+		errs = append(errs, errors.New("--baseline-assets: want the directory of etcd and kube-apiserver of the release to measure"))
+	}
+	if o.Nodes < 1 || o.Nodes > maxNodes {
+		errs = append(errs, fmt.Errorf("--nodes=%d: want one size in 1..%d", o.Nodes, maxNodes))
+	}
+	if o.Runs < 1 || o.Runs > 20 {
+		errs = append(errs, fmt.Errorf("--cli-runs=%d: want 1..20", o.Runs))
+	}
+	if len(o.KubectlDra) == 0 || len(o.KubectlDra) > 4 {
+		errs = append(errs, fmt.Errorf("--kubectl-dra=%v: want one to four binaries, comma-separated", o.KubectlDra))
+	}
+	if o.Workers < 1 || o.Workers > 256 {
+		errs = append(errs, fmt.Errorf("--workers=%d: want 1..256", o.Workers))
+	}
+	return errors.Join(errs...)
+}
+
+// RunCLI fills its own control plane with o.Nodes nodes' slices and the held claims (the
+// generators of Run), creates the pending pod of the claims phase and times kubectl dra status
+// and why with each binary, o.Runs rounds, writing the times to out.
+func RunCLI(ctx context.Context, o CLIOptions, out io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: o.Assets, ControlPlane: envtest.ControlPlane{
+		APIServer: &envtest.APIServer{}, Etcd: &envtest.Etcd{DataDir: o.EtcdDir}}}
+	if o.RuntimeConfig != "" {
+		env.ControlPlane.GetAPIServer().Configure().Set("runtime-config", o.RuntimeConfig)
+	}
+	if o.FeatureGates != "" {
+		env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", o.FeatureGates)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("control plane (--baseline-assets=%s): %w", o.Assets, err)
+	}
+	defer func() { _ = env.Stop() }()
+	cfg.QPS, cfg.Burst = 1e5, 1e5
+	kubeconfig := filepath.Join(o.WorkDir, "kubeconfig")
+	if err := writeKubeconfig(cfg, kubeconfig); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := fillCLI(ctx, cs, o); err != nil {
+		return err
+	}
+	return timeCLI(ctx, o, kubeconfig, out)
+}
+
+// fillCLI writes the fleet and the claims unless an earlier run left them in o.EtcdDir.
+func fillCLI(ctx context.Context, cs kubernetes.Interface, o CLIOptions) error {
+	if _, err := cs.CoreV1().Pods(loadNamespace).Get(ctx, whyPod, metav1.GetOptions{}); err == nil {
+		return nil
+	}
+	groups, err := nodegroups.LoadConfig(o.NodeGroups)
+	if err != nil {
+		return fmt.Errorf("--node-groups: %w", err)
+	}
+	ch, err := readChart(o.ChartRender)
+	if err != nil {
+		return err
+	}
+	if err := ch.createClasses(ctx, cs); err != nil {
+		return err
+	}
+	driver := ch.classes[0].Name
+	inv := &inventory{cs: cs, groups: groups, driver: driver, workers: o.Workers}
+	if err := inv.grow(ctx, 0, o.Nodes); err != nil {
+		return err
+	}
+	devices, err := listDevices(ctx, cs, driver)
+	if err != nil {
+		return err
+	}
+	claims, err := claimsFor(o.Claims, len(devices))
+	if err != nil {
+		return err
+	}
+	h := &holder{cs: cs, driver: driver, class: ch.classes[0].Name, workers: o.Workers, devices: spread(devices), claims: claims}
+	if err := h.write(ctx); err != nil {
+		return err
+	}
+	_, err = createPendingPod(ctx, cs, ch.classes[0].Name)
+	return err
+}
+
+// timeCLI times status and why with every binary, round by round, and prints each binary's
+// wall and CPU times per command.
+func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer) error {
+	commands := [][]string{{"status"}, {"why", "pod/" + whyPod, "-n", loadNamespace}}
+	times := make([][][]time.Duration, len(o.KubectlDra))
+	cpus := make([][][]time.Duration, len(o.KubectlDra))
+	for b := range times {
+		times[b], cpus[b] = make([][]time.Duration, len(commands)), make([][]time.Duration, len(commands))
+	}
+	for range o.Runs {
+		for b, bin := range o.KubectlDra {
+			ob := Options{KubectlDra: bin, Kubeconfig: kubeconfig, WorkDir: filepath.Join(o.WorkDir, fmt.Sprintf("bin-%d", b))}
+			if err := os.MkdirAll(ob.WorkDir, 0o755); err != nil {
+				return err
+			}
+			for c, args := range commands {
+				d, cpu, err := runKubectlDra(ctx, ob, args...)
+				if err != nil {
+					return err
+				}
+				times[b][c], cpus[b][c] = append(times[b][c], d), append(cpus[b][c], cpu)
+			}
+		}
+	}
+	fmt.Fprintf(out, "| kubectl-dra | `kubectl dra status` | its CPU | `kubectl dra why pod/%s` | its CPU |\n|---|---|---|---|---|\n", whyPod)
+	for b, bin := range o.KubectlDra {
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s |\n", bin, secondsRange(times[b][0]), secondsRange(cpus[b][0]),
+			secondsRange(times[b][1]), secondsRange(cpus[b][1]))
+	}
+	return nil
+}
+
+// secondsRange is the fastest, median and slowest of ds.
+func secondsRange(ds []time.Duration) string {
+	s := slices.Sorted(slices.Values(ds))
+	return fmt.Sprintf("%.2f / %.2f / %.2f s (min / median / max of %d)", s[0].Seconds(), s[len(s)/2].Seconds(), s[len(s)-1].Seconds(), len(s))
+}
