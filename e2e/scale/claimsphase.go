@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,12 +76,7 @@ func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) 
 	if cr.Fresh, err = restartedMemory(ctx, r.ch, r.o); err != nil {
 		return nil, err
 	}
-	asChart := r.o
-	asChart.GOGC, asChart.GOMemLimit = r.ch.gogc, strconv.FormatInt(r.ch.memoryLimit, 10)
-	if r.ch.gogc == "" || r.ch.memoryLimit == 0 {
-		asChart.GOGC, asChart.GOMemLimit = r.o.GOGC, r.o.GOMemLimit
-	}
-	if cr.Restart, err = restartedMemory(ctx, r.ch, asChart); err != nil {
+	if cr.Restart, err = restartedMemory(ctx, r.ch, r.ch.asChart(r.o)); err != nil {
 		return nil, err
 	}
 	if err := r.claimsDirect(ctx, n, cr, h); err != nil {

@@ -41,6 +41,22 @@ type chart struct {
 	// chart runs it, which a restart's peak is measured with.
 	memoryLimit int64
 	gogc        string
+	// goMemLimit is the container's GOMEMLIMIT when the chart sets a value ("" when it sets
+	// it from the memory limit, or not at all).
+	goMemLimit string
+}
+
+// asChart is o with the webhook's GOGC and GOMEMLIMIT as the chart sets them, or o's when the
+// chart sets neither.
+func (c *chart) asChart(o Options) Options {
+	if c.gogc == "" || (c.memoryLimit == 0 && c.goMemLimit == "") {
+		return o
+	}
+	o.GOGC, o.GOMemLimit = c.gogc, c.goMemLimit
+	if o.GOMemLimit == "" {
+		o.GOMemLimit = strconv.FormatInt(c.memoryLimit, 10)
+	}
+	return o
 }
 
 func readChart(path string) (*chart, error) {
@@ -79,8 +95,11 @@ func readChart(path string) (*chart, error) {
 					c.command, c.namespace = ctr.Command, dep.Namespace
 					c.memoryLimit = ctr.Resources.Limits.Memory().Value()
 					for _, e := range ctr.Env {
-						if e.Name == "GOGC" {
+						switch e.Name {
+						case "GOGC":
 							c.gogc = e.Value
+						case "GOMEMLIMIT":
+							c.goMemLimit = e.Value
 						}
 					}
 				}
@@ -290,6 +309,9 @@ type memory struct {
 	RSS, HWM  int64 // bytes: resident now, and at most so far
 	Anon      int64 // bytes: of RSS, anonymous (heap, stacks) rather than the binary's pages
 	HeapInuse int64 // bytes: go_memstats_heap_inuse_bytes
+	// StackInuse is go_memstats_stack_inuse_bytes: the goroutines' stacks (the serving
+	// connections' among them), which are not heap.
+	StackInuse int64
 	// Live is the heap the last collection found live: the next collection's target over
 	// 1+GOGC/100.
 	Live   int64
@@ -306,6 +328,10 @@ func (w *webhook) memory() (memory, error) {
 		return m, err
 	}
 	m.HeapInuse = int64(v)
+	if v, err = w.metricValue("go_memstats_stack_inuse_bytes"); err != nil {
+		return m, err
+	}
+	m.StackInuse = int64(v)
 	next, err := w.metricValue("go_memstats_next_gc_bytes")
 	if err != nil {
 		return m, err

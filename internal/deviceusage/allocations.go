@@ -14,26 +14,26 @@ import (
 // way the scheduler does (pkg/scheduler/framework/plugins/dynamicresources, foreachAllocatedDevice):
 // admin access holds nothing, a result with a shareID is one share of a shared device and
 // consumes capacity, any other result holds its device.
-func (f *Fleet) addAllocations(claims []*resourceapi.ResourceClaim) {
+func (f *Fleet) addAllocations(claims []*Claim) {
 	f.state = structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
 	sorted := slices.Clone(claims)
-	slices.SortFunc(sorted, func(a, b *resourceapi.ResourceClaim) int {
+	slices.SortFunc(sorted, func(a, b *Claim) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	for _, c := range sorted {
 		name := c.Namespace + "/" + c.Name
-		if c.Status.Allocation == nil {
+		if !c.Allocated {
 			f.Pending = append(f.Pending, name)
 			continue
 		}
 		pods, consumers := reservedFor(c)
-		for _, r := range c.Status.Allocation.Devices.Results {
+		for _, r := range c.Results {
 			a := Allocation{Claim: name, Request: r.Request, Pods: pods, Consumers: consumers,
-				AdminAccess: r.AdminAccess != nil && *r.AdminAccess, ConsumedCapacity: r.ConsumedCapacity}
+				AdminAccess: r.AdminAccess, ConsumedCapacity: r.ConsumedCapacity}
 			if r.ShareID != nil {
 				a.ShareID = string(*r.ShareID)
 			}
@@ -70,8 +70,8 @@ func (f *Fleet) addAllocations(claims []*resourceapi.ResourceClaim) {
 }
 
 // reservedFor splits a claim's consumers into pods (namespace/name) and anything else.
-func reservedFor(c *resourceapi.ResourceClaim) (pods, others []string) {
-	for _, r := range c.Status.ReservedFor {
+func reservedFor(c *Claim) (pods, others []string) {
+	for _, r := range c.ReservedFor {
 		if r.APIGroup == "" && r.Resource == "pods" {
 			pods = append(pods, c.Namespace+"/"+r.Name)
 			continue

@@ -14,13 +14,10 @@ type poolKey struct{ driver, pool string }
 // allocated, tainted (by its slice or a rule), shared (its capacity may be used up) or that
 // consumes more of a counter than its pool's set has. Every device of any other pool is free and
 // unhindered, which is all a fleet of it would say, at a kilobyte a device.
-func busyPools(slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, rules map[structured.DeviceID][]string) map[poolKey]bool {
+func busyPools(slices []*resourceapi.ResourceSlice, claims []*Claim, rules map[structured.DeviceID][]string) map[poolKey]bool {
 	busy := map[poolKey]bool{}
 	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
+		for _, r := range c.Results {
 			busy[poolKey{r.Driver, r.Pool}] = true
 		}
 	}

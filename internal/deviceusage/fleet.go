@@ -25,8 +25,10 @@ import (
 // Input is what Build reads, every object converted to resource.k8s.io/v1.
 type Input struct {
 	// Slices as their drivers published them: DeviceTaintRules are applied by Build.
-	Slices     []*resourceapi.ResourceSlice
-	Claims     []*resourceapi.ResourceClaim
+	Slices []*resourceapi.ResourceSlice
+	Claims []*resourceapi.ResourceClaim
+	// Kept are more claims, as a cache keeps them (see Claim).
+	Kept       []*Claim
 	TaintRules []*resourceapi.DeviceTaintRule
 	// BusyPoolsOnly restricts the fleet (Slices, Devices, CounterSets) to the pools in which
 	// something may stand in a claim's way: an allocated, tainted or shared device, or one that
@@ -166,8 +168,9 @@ func Build(in Input) *Fleet {
 	f := &Fleet{byID: map[structured.DeviceID]*Device{}}
 	var rules map[structured.DeviceID][]string
 	f.Slices, rules = applyTaintRules(in.Slices, in.TaintRules)
+	claims := claimsOf(in)
 	if in.BusyPoolsOnly {
-		busy := busyPools(f.Slices, in.Claims, rules)
+		busy := busyPools(f.Slices, claims, rules)
 		f.Slices = slices.DeleteFunc(slices.Clone(f.Slices), func(sl *resourceapi.ResourceSlice) bool {
 			return !busy[poolKey{sl.Spec.Driver, sl.Spec.Pool.Name}]
 		})
@@ -211,7 +214,7 @@ func Build(in Input) *Fleet {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.Pool, b.Pool),
 			cmp.Compare(a.slice.Name, b.slice.Name))
 	})
-	f.addAllocations(in.Claims)
+	f.addAllocations(claims)
 	f.addCounters()
 	for _, d := range f.Devices {
 		switch {

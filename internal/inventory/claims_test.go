@@ -2,8 +2,10 @@ package inventory
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -11,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 func TestTransformClaim(t *testing.T) {
@@ -38,32 +42,32 @@ func TestTransformClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := got.(*resourceapi.ResourceClaim)
-	if c.Name != "c" || c.Namespace != "ns" || c.UID != "u" || c.ResourceVersion != "7" || c.Labels != nil || c.ManagedFields != nil {
-		t.Errorf("metadata %+v", c.ObjectMeta)
+	c := got.(*Claim)
+	if c.Name != "c" || c.Namespace != "ns" || c.UID != "u" || c.ResourceVersion != "7" || !c.Allocated {
+		t.Errorf("claim %+v", c)
 	}
-	if len(c.Spec.Devices.Requests) != 0 || c.Status.Devices != nil || len(c.Status.Allocation.Devices.Config) != 0 {
-		t.Errorf("kept what nothing reads: %+v", c)
+	if m := c.GetObjectMeta(); m.GetName() != "c" || m.GetNamespace() != "ns" || m.GetResourceVersion() != "7" {
+		t.Errorf("object meta %+v", m)
 	}
-	r := c.Status.Allocation.Devices.Results[0]
+	r := c.Results[0]
 	if r.Device != "gpu-0" || r.Pool != "n" || r.Driver != "gpu.example.com" || r.Request != "gpu" || ptr.Deref(r.ShareID, "") != share ||
-		!r.ConsumedCapacity["memory"].Equal(resource.MustParse("30Gi")) || r.Tolerations != nil || r.BindingConditions != nil {
+		!r.ConsumedCapacity["memory"].Equal(resource.MustParse("30Gi")) {
 		t.Errorf("result %+v", r)
 	}
-	if len(c.Status.ReservedFor) != maxReservedKept || c.Status.ReservedFor[0].Name != "p0" || c.Status.ReservedFor[0].UID != "" {
-		t.Errorf("reservedFor %+v, want the first %d names", c.Status.ReservedFor, maxReservedKept)
+	if len(c.ReservedFor) != maxReservedKept || c.ReservedFor[0].Name != "p0" || c.ReservedFor[0].UID != "" {
+		t.Errorf("reservedFor %+v, want the first %d names", c.ReservedFor, maxReservedKept)
 	}
 	if full.Status.Allocation.Devices.Results[0].Tolerations == nil {
 		t.Error("the transform changed its input")
 	}
 	pending, _ := TransformClaim(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: full.Spec})
-	if p := pending.(*resourceapi.ResourceClaim); p.Status.Allocation != nil || len(p.Spec.Devices.Requests) != 0 {
+	if p := pending.(*Claim); p.Allocated || p.Results != nil {
 		t.Errorf("pending claim %+v", p)
 	}
 }
 
-// TestTransformClaimPending: the creation time is kept, and the controlling Pod of a claim without
-// an allocation (what the fleet metrics tell pending claims by), and nothing else of the owners.
+// TestTransformClaimPending: the creation time is kept, and whether a Pod controls a claim without
+// an allocation (what the fleet metrics tell pending claims by).
 func TestTransformClaimPending(t *testing.T) {
 	created := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	podRef := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "pod-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
@@ -85,16 +89,12 @@ func TestTransformClaimPending(t *testing.T) {
 			in := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", CreationTimestamp: created, OwnerReferences: tc.owners},
 				Status: resourceapi.ResourceClaimStatus{Allocation: tc.allocation}}
 			out, _ := TransformClaim(in)
-			c := out.(*resourceapi.ResourceClaim)
-			if !c.CreationTimestamp.Equal(&created) {
-				t.Errorf("creationTimestamp %v, want %v", c.CreationTimestamp, created)
+			c := out.(*Claim)
+			if c.Created != created.UnixNano() {
+				t.Errorf("created %v, want %v", time.Unix(0, c.Created), created)
 			}
-			owner := metav1.GetControllerOfNoCopy(c)
-			switch {
-			case tc.wantOwner == "" && len(c.OwnerReferences) > 0:
-				t.Errorf("owners %+v, want none", c.OwnerReferences)
-			case tc.wantOwner != "" && (owner == nil || owner.Kind != "Pod" || owner.Name != tc.wantOwner || owner.UID != "pod-uid" || len(c.OwnerReferences) != 1):
-				t.Errorf("owners %+v, want the controlling Pod %s", c.OwnerReferences, tc.wantOwner)
+			if c.PodOwned != (tc.wantOwner != "") {
+				t.Errorf("pod owned %t, want %t", c.PodOwned, tc.wantOwner != "")
 			}
 		})
 	}
@@ -105,3 +105,37 @@ func TestTransformClaimPending(t *testing.T) {
 }
 
 func tombstoneObject() runtime.Object { return &metav1.Status{} }
+
+// TestKeptClaimBounded: what the informer keeps of an allocated claim of one device is a few
+// small objects whatever the claim held besides, and claims of one node share the names of its
+// driver, pool and devices.
+func TestKeptClaimBounded(t *testing.T) {
+	claim := func(i int) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i), Namespace: "team-a", UID: types.UID(fmt.Sprintf("uid-%d", i)), ResourceVersion: "7",
+				Annotations: map[string]string{"note": strings.Repeat("x", 4096)}},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu"}}}},
+			Status: resourceapi.ResourceClaimStatus{
+				Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+					Request: "gpu", Driver: strings.Clone("gpu.example.com"), Pool: strings.Clone("node-00001"), Device: strings.Clone("gpu-3")}}}},
+				ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: fmt.Sprintf("p-%d", i), UID: "u"}},
+			},
+		}
+	}
+	a, b := transformClaim(claim(1)), transformClaim(claim(2))
+	for _, pair := range [][2]string{{a.Namespace, b.Namespace}, {a.Results[0].Driver, b.Results[0].Driver},
+		{a.Results[0].Pool, b.Results[0].Pool}, {a.Results[0].Device, b.Results[0].Device}} {
+		if unsafe.StringData(pair[0]) != unsafe.StringData(pair[1]) {
+			t.Errorf("%q is held twice", pair[0])
+		}
+	}
+	// The claim, its result and its consumer: three allocations, as long as the interned names
+	// are held (by a and b here).
+	c := claim(3)
+	if n := testing.AllocsPerRun(100, func() { transformClaim(c) }); n > 3 {
+		t.Errorf("keeping a claim allocates %v times, want at most 3", n)
+	}
+	if size := unsafe.Sizeof(Claim{}) + unsafe.Sizeof(deviceusage.Result{}); size > 256 {
+		t.Errorf("a kept claim of one device is %d bytes before its names, want at most 256", size)
+	}
+}

@@ -19,7 +19,13 @@ import (
 
 type claimList []*resourceapi.ResourceClaim
 
-func (c claimList) Claims() ([]*resourceapi.ResourceClaim, error) { return c, nil }
+func (c claimList) Claims() ([]*inventory.Claim, error) {
+	out := make([]*inventory.Claim, len(c))
+	for i, cl := range c {
+		out[i] = inventory.KeepClaim(cl)
+	}
+	return out, nil
+}
 
 // TestHeldNow: a claim that fits the published GPUs but finds them all held is admitted with a
 // warning naming the holders, even where the deny rules are on (a claim may wait); a template

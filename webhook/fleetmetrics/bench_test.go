@@ -33,17 +33,19 @@ func largeFleet(b *testing.B) diagnosis.Rebuilt {
 			}
 		}
 	}
+	kept := make([]*inventory.Claim, len(claims))
+	uses := make([]*deviceusage.Claim, len(claims))
 	for i, c := range claims {
-		k, _ := inventory.TransformClaim(c)
-		claims[i] = k.(*resourceapi.ResourceClaim)
+		kept[i] = inventory.KeepClaim(c)
+		uses[i] = &kept[i].Claim
 	}
 	slices := inventory.Compact(inventory.NewInterner(), published)
-	kept := make([]*resourceapi.ResourceSlice, len(slices))
+	keptSlices := make([]*resourceapi.ResourceSlice, len(slices))
 	for i, sl := range slices {
-		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
+		keptSlices[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
 	}
-	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Claims: claims, BusyPoolsOnly: true})
-	return diagnosis.Rebuilt{Slices: slices, Fleet: fl, Claims: claims}
+	fl := deviceusage.Build(deviceusage.Input{Slices: keptSlices, Kept: uses, BusyPoolsOnly: true})
+	return diagnosis.Rebuilt{Slices: slices, Fleet: fl, Claims: kept}
 }
 
 // BenchmarkObserve is what the sums add to each rebuild of the index at that scale.

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
@@ -265,21 +264,21 @@ func truncate(s string, n int) string {
 
 // pendingClaims are the creation times of the claims without an allocation, ascending, by source;
 // a claim without one counts as created now.
-func pendingClaims(claims []*resourceapi.ResourceClaim, now time.Time) [2][]int64 {
+func pendingClaims(claims []*inventory.Claim, now time.Time) [2][]int64 {
 	var out [2][]int64
 	for _, c := range claims {
-		if c.Status.Allocation != nil {
+		if c.Allocated {
 			continue
 		}
-		created := now
-		if !c.CreationTimestamp.IsZero() {
-			created = c.CreationTimestamp.Time
+		created := now.UnixNano()
+		if c.Created != 0 {
+			created = c.Created
 		}
 		i := 1
-		if owner := metav1.GetControllerOfNoCopy(c); owner != nil && owner.APIVersion == "v1" && owner.Kind == "Pod" {
+		if c.PodOwned {
 			i = 0
 		}
-		out[i] = append(out[i], created.UnixNano())
+		out[i] = append(out[i], created)
 	}
 	for i := range out {
 		slices.Sort(out[i])

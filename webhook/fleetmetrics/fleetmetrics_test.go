@@ -75,9 +75,9 @@ func pending(name string, age time.Duration, forPod bool) *resourceapi.ResourceC
 	return c
 }
 
-type claimList []*resourceapi.ResourceClaim
+type claimList []*inventory.Claim
 
-func (l claimList) Claims() ([]*resourceapi.ResourceClaim, error) { return l, nil }
+func (l claimList) Claims() ([]*inventory.Claim, error) { return l, nil }
 
 // observe runs the webhook's index of current allocations over the slices and claims, as kept by
 // the inventory, with c observing its rebuild.
@@ -86,8 +86,7 @@ func observe(t *testing.T, c *Collector, slices []*resourceapi.ResourceSlice, cl
 	in := inventory.NewInterner()
 	var kept claimList
 	for _, cl := range claims {
-		k, _ := inventory.TransformClaim(cl)
-		kept = append(kept, k.(*resourceapi.ResourceClaim))
+		kept = append(kept, inventory.KeepClaim(cl))
 	}
 	var nodes []*v1.Node
 	seen := map[string]bool{}

@@ -245,3 +245,20 @@ sideEffects: None
   effect: NoSchedule
 {{- end }}
 {{- end }}
+
+{{/*
+The webhook's GOMEMLIMIT in bytes: webhook.goMemLimitPercent of resources.limits.memory. The Go
+runtime's soft limit bounds its own memory only; the binary's pages (about 35 MiB) and the
+kernel's share of the container's memory come on top, so the limit is set well under the
+container's.
+*/}}
+{{- define "gpu-dra.webhookGoMemLimit" -}}
+{{- $q := toString .Values.webhook.resources.limits.memory -}}
+{{- $unit := regexFind "(Ki|Mi|Gi|Ti|k|M|G|T)$" $q -}}
+{{- $n := trimSuffix $unit $q -}}
+{{- if not (regexMatch "^[0-9]+$" $n) -}}
+{{- fail (printf "webhook.resources.limits.memory=%q: with webhook.goMemLimitPercent set, want a whole number with an optional unit (Ki, Mi, Gi, Ti, k, M, G, T), e.g. 256Mi; or set webhook.goMemLimitPercent=0" $q) -}}
+{{- end -}}
+{{- $scale := get (dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776) $unit -}}
+{{- div (mul (int64 $n) $scale (int64 .Values.webhook.goMemLimitPercent)) 100 -}}
+{{- end -}}

@@ -63,6 +63,16 @@ func main() {
 	fs.Func("claims-rates", "comma-separated rates of template and pod reviews straight to the webhook at the largest fleet, with the claims held and against --upstream-webhook (default 1000,2000)", intList(&o.ClaimsRates))
 	fs.IntVar(&o.ChurnRate, "claims-churn", o.ChurnRate, "allocations changed per second while template reviews run at the first claims rate (0: skip)")
 	fs.DurationVar(&o.ReviewDeadline, "review-deadline", o.ReviewDeadline, "what a template review should stay within while the claims change")
+	var mo scale.MemoryOptions
+	fs.Func("memory-webhooks", "comma-separated gpu-webhook binaries: measure only their memory at the largest of --nodes, on a control plane of its own from --baseline-assets, round by round (no --kubeconfig needed)", func(s string) error {
+		mo.Webhooks = strings.Split(s, ",")
+		return nil
+	})
+	fs.IntVar(&mo.Rounds, "memory-rounds", 3, "rounds of --memory-webhooks")
+	fs.Func("memory-gomemlimits", "comma-separated GOMEMLIMIT of each --memory-webhooks binary where the chart's applies (empty entry: the chart's)", func(s string) error {
+		mo.GOMemLimits = strings.Split(s, ",")
+		return nil
+	})
 	fs.StringVar(&o.Upstream, "upstream-webhook", "", "dra-example-webhook binary (kubernetes-sigs/dra-example-driver) compared with ours at the largest fleet (empty: skip)")
 	cliOnly := fs.Bool("cli-only", false, "only time kubectl dra status and why, on a kube-apiserver of its own (--baseline-assets) holding the largest of --nodes and --claims; --kubectl-dra may name several binaries, comma-separated, timed in turn")
 	cliRuns := fs.Int("cli-runs", 5, "with --cli-only: rounds of status and why per binary")
@@ -86,7 +96,11 @@ func main() {
 		}
 		return
 	}
-	if err := scale.Run(ctx, o, os.Stdout); err != nil {
+	run := func() error { return scale.Run(ctx, o, os.Stdout) }
+	if len(mo.Webhooks) > 0 {
+		run = func() error { return scale.Memory(ctx, o, mo, os.Stdout) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}

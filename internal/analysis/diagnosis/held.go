@@ -46,10 +46,10 @@ type Held struct {
 	failed error
 }
 
-// ClaimLister reads the cluster's ResourceClaims, of which only the metadata and
-// status.allocation (and reservedFor, for the names of the pods holding devices) matter here.
+// ClaimLister reads the cluster's ResourceClaims as a fleet reads them: name, allocation and
+// consumers (for the names of the pods holding devices).
 type ClaimLister interface {
-	Claims() ([]*resourceapi.ResourceClaim, error)
+	Claims() ([]*inventory.Claim, error)
 }
 
 // HeldOption configures a Held.
@@ -68,7 +68,7 @@ type Rebuilt struct {
 	// of any other pool is free and healthy.
 	Fleet *deviceusage.Fleet
 	// Claims are the claims listed, as the inventory keeps them.
-	Claims []*resourceapi.ResourceClaim
+	Claims []*inventory.Claim
 }
 
 // WithRebuildObserver has f called at the end of each rebuild of the fleet, in the background

@@ -68,7 +68,7 @@ type liveClaims struct {
 	held chan struct{}
 }
 
-func (l *liveClaims) Claims() ([]*resourceapi.ResourceClaim, error) {
+func (l *liveClaims) Claims() ([]*inventory.Claim, error) {
 	l.mu.Lock()
 	held := l.held
 	l.mu.Unlock()
@@ -77,9 +77,9 @@ func (l *liveClaims) Claims() ([]*resourceapi.ResourceClaim, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]*resourceapi.ResourceClaim, 0, len(l.byName))
+	out := make([]*inventory.Claim, 0, len(l.byName))
 	for _, c := range l.byName {
-		out = append(out, c)
+		out = append(out, inventory.KeepClaim(c))
 	}
 	return out, nil
 }

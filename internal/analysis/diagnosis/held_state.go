@@ -121,7 +121,11 @@ func (h *Held) build() (*heldState, error) {
 	for i, sl := range s.Slices() {
 		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
 	}
-	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Claims: claims, BusyPoolsOnly: true})
+	uses := make([]*deviceusage.Claim, len(claims))
+	for i, c := range claims {
+		uses[i] = &c.Claim
+	}
+	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Kept: uses, BusyPoolsOnly: true})
 	for _, observe := range h.observers {
 		observe(Rebuilt{Slices: s.Slices(), Fleet: fl, Claims: claims})
 	}

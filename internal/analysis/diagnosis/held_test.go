@@ -22,7 +22,7 @@ type countedClaims struct {
 	lists atomic.Int64
 }
 
-func (c *countedClaims) Claims() ([]*resourceapi.ResourceClaim, error) {
+func (c *countedClaims) Claims() ([]*inventory.Claim, error) {
 	c.lists.Add(1)
 	return c.liveClaims.Claims()
 }

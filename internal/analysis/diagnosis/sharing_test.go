@@ -76,7 +76,13 @@ func (f fakeServed) PartitionableDevices(_ context.Context, slices []*resourceap
 // claimList is a fixed ClaimLister.
 type claimList []*resourceapi.ResourceClaim
 
-func (c claimList) Claims() ([]*resourceapi.ResourceClaim, error) { return c, nil }
+func (c claimList) Claims() ([]*inventory.Claim, error) {
+	out := make([]*inventory.Claim, len(c))
+	for i, cl := range c {
+		out[i] = inventory.KeepClaim(cl)
+	}
+	return out, nil
+}
 
 // heldClaims makes one allocated claim per entry: node/device to the capacity it consumes (a
 // share when any, else the whole device), reserved for a pod.
