@@ -149,6 +149,9 @@ func (p *instance) start(ctx context.Context, fail context.CancelCauseFunc) erro
 		Partitionable: func(ctx context.Context) (plugin.CounterLayout, string, error) {
 			return plugin.ProbePartitionable(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
 		},
+		BindingConditions: func(ctx context.Context) (string, error) {
+			return plugin.ProbeBindingConditions(ctx, p.resourceClient.ResourceSlices(), p.o.DriverName, p.o.NodeName)
+		},
 	}
 	published := p.sharing.Effective(ctx, group, spec)
 	p.published.Store(&published)
