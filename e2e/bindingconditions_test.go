@@ -78,21 +78,25 @@ func TestBindingConditions(t *testing.T) {
 		}
 		return &list.Items[0], nil
 	}
-	failed := 0
-	framework.Eventually(t, 3*time.Minute, "two failed attaches of the demo's claim, each deallocated by the scheduler", func() (bool, error) {
+	// Each allocation carries the time the scheduler made it. The scheduler allocates again within
+	// milliseconds of deallocating, so a poll may never see the claim without one: two allocations
+	// that each failed to attach show the first given up.
+	failedAt := map[string]bool{}
+	framework.Eventually(t, 3*time.Minute, "two allocations of the demo's claim failing to attach, the first given up by the scheduler", func() (bool, error) {
 		claim, err := claimOf()
 		if err != nil {
 			return false, err
 		}
-		if attach.TrueCondition(claim, "AttachFailed") != nil && failed%2 == 0 {
-			failed++
-			t.Logf("attach %d failed: %s", failed/2+1, attach.TrueCondition(claim, "AttachFailed").Message)
+		cond := attach.TrueCondition(claim, "AttachFailed")
+		if cond == nil || claim.Status.Allocation == nil || claim.Status.Allocation.AllocationTimestamp == nil {
+			return false, nil
 		}
-		if claim.Status.Allocation == nil && failed%2 == 1 {
-			failed++
-			t.Logf("the scheduler deallocated the claim")
+		at := claim.Status.Allocation.AllocationTimestamp.UTC().Format(time.RFC3339)
+		if !failedAt[at] {
+			failedAt[at] = true
+			t.Logf("the allocation of %s failed to attach: %s", at, cond.Message)
 		}
-		return failed >= 4, nil
+		return len(failedAt) >= 2, nil
 	})
 	if pod := c.WaitForPodPhase(t, ns, "pod0", time.Second, corev1.PodPending); pod.Spec.NodeName != "" {
 		t.Fatalf("pod0 bound to %s although every attach failed", pod.Spec.NodeName)

@@ -7,8 +7,10 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
@@ -161,5 +163,48 @@ func TestKeep(t *testing.T) {
 	}
 	if k := a.keep(claim([]resourceapi.DeviceRequestAllocationResult{result("node-b", "gpu-1")})); k.Status.Allocation != nil {
 		t.Errorf("another node's claim kept with its allocation: %+v", k)
+	}
+}
+
+// TestListsInPages: the claims are listed in pages of claimsPageSize at the latest
+// resourceVersion, following the continue token, and each claim is cached as kept (its labels and other nodes' results gone).
+func TestListsInPages(t *testing.T) {
+	cs := fake.NewClientset()
+	var limits []string
+	cs.PrependReactor("list", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		o := action.(k8stesting.ListActionImpl).GetListOptions()
+		limits = append(limits, fmt.Sprintf("%d@%q", o.Limit, o.ResourceVersion))
+		c := claim([]resourceapi.DeviceRequestAllocationResult{result(node, "gpu-0"), result("node-b", "gpu-1")})
+		c.Labels = map[string]string{"big": "label"}
+		list := &resourceapi.ResourceClaimList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}
+		if o.Continue == "" {
+			c.Name, c.UID = "first", "uid-first"
+			list.Continue = "page-2"
+		} else {
+			c.Name, c.UID = "second", "uid-second"
+		}
+		list.Items = append(list.Items, *c)
+		return true, list, nil
+	})
+	a := New(cs, driver, node)
+	ctx := t.Context()
+	go a.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), a.informer.HasSynced) {
+		t.Fatal("claims not synced")
+	}
+	// resourceVersion "0" would let the API server answer from its cache with every claim at
+	// once, whatever the limit.
+	if want := fmt.Sprintf("[%d@\"\" %d@\"\"]", claimsPageSize, claimsPageSize); fmt.Sprint(limits) != want {
+		t.Errorf("lists (limit@resourceVersion) %v, want %s: two pages of the latest", limits, want)
+	}
+	got := a.informer.GetStore().List()
+	if len(got) != 2 {
+		t.Fatalf("cached %d claims, want both pages' 2", len(got))
+	}
+	for _, obj := range got {
+		c := obj.(*resourceapi.ResourceClaim)
+		if c.Labels != nil || len(c.Status.Allocation.Devices.Results) != 1 {
+			t.Errorf("claim %s cached as %+v, want it kept", c.Name, c)
+		}
 	}
 }

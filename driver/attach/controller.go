@@ -7,14 +7,15 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/driver/faults"
+	"github.com/gpu-dra/gpu-dra/internal/listing"
 )
 
 // Attacher attaches the devices of its node's pool as their claims get allocated.
@@ -49,6 +50,10 @@ func WithFaults(current func() faults.Faults) Option {
 	}
 }
 
+// claimsPageSize is the page of the claims list: a page is decoded whole before it is kept, a
+// megabyte at 500 claims of 2 KB.
+const claimsPageSize = 500
+
 // New returns an attacher of driver's devices on node. It reads claims through resource.k8s.io/v1,
 // the only version with binding conditions the plugin publishes (1.34+). RBAC: resourceclaims list
 // and watch in all namespaces, resourceclaims/status patch (the chart's admission policy narrows
@@ -63,9 +68,24 @@ func New(client kubernetes.Interface, driver, node string, opts ...Option) *Atta
 	for _, o := range opts {
 		o(a)
 	}
-	a.informer = resourceinformers.NewResourceClaimInformer(client, metav1.NamespaceAll, 0, cache.Indexers{})
+	claims := client.ResourceV1().ResourceClaims(metav1.NamespaceAll)
 	// Keep of each claim only what the attacher reads, and of other nodes' and drivers' claims
-	// nothing but the name: the cache of every claim in the cluster stays small.
+	// nothing but the name: the cache of every claim in the cluster stays small. The list is read
+	// in pages, each kept as it arrives, so that every node's plugin never holds all the cluster's
+	// claims decoded at once; watch events go through the informer's transform.
+	a.informer = cache.NewSharedIndexInformer(listing.Plain(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			out := &resourceapi.ResourceClaimList{}
+			err := listing.InPages(ctx, o, claimsPageSize, claims.List, func(page *resourceapi.ResourceClaimList) {
+				for i := range page.Items {
+					out.Items = append(out.Items, *a.keep(&page.Items[i]))
+				}
+				out.ResourceVersion = page.ResourceVersion
+			})
+			return out, err
+		},
+		WatchFuncWithContext: claims.Watch,
+	}), &resourceapi.ResourceClaim{}, 0, cache.Indexers{})
 	_ = a.informer.SetTransform(func(obj any) (any, error) {
 		claim, ok := obj.(*resourceapi.ResourceClaim)
 		if !ok {

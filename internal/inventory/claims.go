@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
+	"github.com/gpu-dra/gpu-dra/internal/listing"
 )
 
 // maxReservedKept bounds the consumers kept of a claim: they only name who holds its devices in
@@ -40,7 +41,7 @@ const claimsPageSize = 500
 // list, watch in all namespaces.
 func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *Claims {
 	dra := draclient.New(cs)
-	c := &Claims{informer: cache.NewSharedIndexInformer(PlainListWatch(&cache.ListWatch{
+	c := &Claims{informer: cache.NewSharedIndexInformer(listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return listClaims(ctx, o, dra.ResourceClaims("").List)
 		},
@@ -71,11 +72,11 @@ func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *
 	return c
 }
 
-// listClaims is the claim informer's list: in pages (ListInPages), each transformed as it arrives,
+// listClaims is the claim informer's list: in pages (listing.InPages), each transformed as it arrives,
 // so that a restart never holds every claim decoded at once.
 func listClaims(ctx context.Context, o metav1.ListOptions, list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceClaimList, error)) (*ClaimList, error) {
 	out := &ClaimList{}
-	err := ListInPages(ctx, o, claimsPageSize, list, func(page *resourceapi.ResourceClaimList) {
+	err := listing.InPages(ctx, o, claimsPageSize, list, func(page *resourceapi.ResourceClaimList) {
 		for i := range page.Items {
 			out.Items = append(out.Items, *transformClaim(&page.Items[i]))
 		}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/klog/v2"
+
+	"github.com/gpu-dra/gpu-dra/internal/listing"
 )
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
@@ -29,15 +31,6 @@ type Informers struct {
 	interner               *Interner
 }
 
-// PlainListWatch is lw, a list and watch through the DRA client (k8s.io/dynamic-resource-allocation/
-// client), opted out of watch-list streaming: its initial-events bookmark would have to survive the
-// version conversion, which list+watch does not need.
-func PlainListWatch(lw *cache.ListWatch) cache.ListerWatcher { return plainListWatch{lw} }
-
-type plainListWatch struct{ *cache.ListWatch }
-
-func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
 // NewInformers prepares the informers; onChange runs after every add, update or delete (use it
 // to invalidate a View). Of each Node's status.allocatable only the resources listed in
 // keepAllocatable are kept (NodeAdvertising).
@@ -46,14 +39,14 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 	in := NewInterner()
 	i := &Informers{onChange: onChange, interner: in}
 	i.slices = cache.NewSharedIndexInformer(in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{}, resync, nil)
-	i.classes = cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+	i.classes = cache.NewSharedIndexInformer(listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return dra.DeviceClasses().List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return dra.DeviceClasses().Watch(ctx, o)
 		},
-	}}, &resourceapi.DeviceClass{}, resync, nil)
+	}), &resourceapi.DeviceClass{}, resync, nil)
 	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
 	// never holds them decoded all at once. Transforms run before the informers start, so setting
 	// one cannot fail.
@@ -90,7 +83,7 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 // pages (listSlices), each watch event transformed (transformEvent).
 func (in *Interner) sliceListWatch(list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceSliceList, error),
 	watchSlices func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
-	return plainListWatch{&cache.ListWatch{
+	return listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return in.listSlices(ctx, o, list)
 		},
@@ -101,7 +94,7 @@ func (in *Interner) sliceListWatch(list func(context.Context, metav1.ListOptions
 			}
 			return watch.Filter(w, in.transformEvent), nil
 		},
-	}}
+	})
 }
 
 // nodeLabelsOnly keeps what the allocator reads of a Node (name and labels), and of its

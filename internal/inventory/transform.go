@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpu-dra/gpu-dra/internal/listing"
 )
 
 // The informers keep what the checks read and share what repeats. A fleet is thousands of nodes
@@ -149,11 +151,11 @@ func varyingStrings(devices []resourceapi.Device) map[resourceapi.QualifiedName]
 // transformed, 2 MB at 100 slices of 8 GPUs.
 const listPageSize = 100
 
-// listSlices is the slice informer's list: in pages (ListInPages), each transformed as it arrives.
+// listSlices is the slice informer's list: in pages (listing.InPages), each transformed as it arrives.
 // At 5,000 nodes a single list would be the webhook's peak memory at a restart, twice what it keeps.
 func (in *Interner) listSlices(ctx context.Context, o metav1.ListOptions, list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceSliceList, error)) (*SliceList, error) {
 	out := &SliceList{}
-	err := ListInPages(ctx, o, listPageSize, list, func(page *resourceapi.ResourceSliceList) {
+	err := listing.InPages(ctx, o, listPageSize, list, func(page *resourceapi.ResourceSliceList) {
 		for i := range page.Items {
 			out.Items = append(out.Items, *in.compact(&page.Items[i]))
 		}

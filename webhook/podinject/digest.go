@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/listing"
 )
 
 // The managed-template informer selects by label, and anyone who may create a template can set the
@@ -77,11 +78,11 @@ func digestTemplate(t *resourceapi.ResourceClaimTemplate) (d *templateDigest, un
 // at most a few tens of megabytes however large the templates someone labelled are.
 const templatePageSize = 20
 
-// listDigests is the informer's list: in pages (inventory.ListInPages), each digested as it
+// listDigests is the informer's list: in pages (listing.InPages), each digested as it
 // arrives.
 func listDigests(ctx context.Context, o metav1.ListOptions, list func(context.Context, metav1.ListOptions) (*resourceapi.ResourceClaimTemplateList, error)) (*templateDigestList, error) {
 	out := &templateDigestList{}
-	err := inventory.ListInPages(ctx, o, templatePageSize, list, func(page *resourceapi.ResourceClaimTemplateList) {
+	err := listing.InPages(ctx, o, templatePageSize, list, func(page *resourceapi.ResourceClaimTemplateList) {
 		for i := range page.Items {
 			if d, unlabelled := digestTemplate(&page.Items[i]); d != nil && !unlabelled {
 				out.Items = append(out.Items, *d)

@@ -13,7 +13,7 @@ import (
 	draclient "k8s.io/dynamic-resource-allocation/client"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-dra/gpu-dra/internal/inventory"
+	"github.com/gpu-dra/gpu-dra/internal/listing"
 )
 
 // DefaultMaxTemplatesPerNamespace bounds the managed templates of one namespace: each distinct
@@ -58,7 +58,7 @@ func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTem
 		},
 	}
 	m := &managedTemplates{
-		informer: cache.NewSharedIndexInformer(inventory.PlainListWatch(lw), &templateDigest{}, 0,
+		informer: cache.NewSharedIndexInformer(listing.Plain(lw), &templateDigest{}, 0,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		max:     maxPerNamespace,
 		pending: map[string]map[string]time.Time{},
