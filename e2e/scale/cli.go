@@ -105,20 +105,8 @@ func fillCLI(ctx context.Context, cs kubernetes.Interface, o CLIOptions) error {
 	if _, err := cs.CoreV1().Pods(loadNamespace).Get(ctx, whyPod, metav1.GetOptions{}); err == nil {
 		return nil
 	}
-	groups, err := nodegroups.LoadConfig(o.NodeGroups)
+	ch, driver, err := writeFleet(ctx, cs, o.NodeGroups, o.ChartRender, o.Workers, o.Nodes)
 	if err != nil {
-		return fmt.Errorf("--node-groups: %w", err)
-	}
-	ch, err := readChart(o.ChartRender)
-	if err != nil {
-		return err
-	}
-	if err := ch.createClasses(ctx, cs); err != nil {
-		return err
-	}
-	driver := ch.classes[0].Name
-	inv := &inventory{cs: cs, groups: groups, driver: driver, workers: o.Workers}
-	if err := inv.grow(ctx, 0, o.Nodes); err != nil {
 		return err
 	}
 	devices, err := listDevices(ctx, cs, driver)
@@ -173,4 +161,26 @@ func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer
 func secondsRange(ds []time.Duration) string {
 	s := slices.Sorted(slices.Values(ds))
 	return fmt.Sprintf("%.2f / %.2f / %.2f s (min / median / max of %d)", s[0].Seconds(), s[len(s)/2].Seconds(), s[len(s)-1].Seconds(), len(s))
+}
+
+// writeFleet creates the chart's DeviceClasses and n nodes with their slices, from the node groups
+// and the chart render at the given paths; it returns the chart and the driver's name.
+func writeFleet(ctx context.Context, cs kubernetes.Interface, nodeGroups, chartRender string, workers, n int) (*chart, string, error) {
+	groups, err := nodegroups.LoadConfig(nodeGroups)
+	if err != nil {
+		return nil, "", fmt.Errorf("--node-groups: %w", err)
+	}
+	ch, err := readChart(chartRender)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := ch.createClasses(ctx, cs); err != nil {
+		return nil, "", err
+	}
+	driver := ch.classes[0].Name
+	inv := &inventory{cs: cs, groups: groups, driver: driver, workers: workers}
+	if err := inv.grow(ctx, 0, n); err != nil {
+		return nil, "", err
+	}
+	return ch, driver, nil
 }

@@ -13,8 +13,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
 // MemoryOptions configure Memory, the webhook's memory at the largest fleet without a cluster.
@@ -75,21 +73,9 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 	if err != nil {
 		return err
 	}
-	groups, err := nodegroups.LoadConfig(o.NodeGroups)
-	if err != nil {
-		return fmt.Errorf("--node-groups: %w", err)
-	}
-	ch, err := readChart(o.ChartRender)
-	if err != nil {
-		return err
-	}
-	if err := ch.createClasses(ctx, cs); err != nil {
-		return err
-	}
-	driver := ch.classes[0].Name
 	n := o.Nodes[len(o.Nodes)-1]
-	inv := &inventory{cs: cs, groups: groups, driver: driver, workers: o.Workers}
-	if err := inv.grow(ctx, 0, n); err != nil {
+	ch, driver, err := writeFleet(ctx, cs, o.NodeGroups, o.ChartRender, o.Workers, n)
+	if err != nil {
 		return err
 	}
 	m := &memoryRun{o: o, ch: ch, l: &loader{cs: cs, driver: driver}, logger: logger}
