@@ -118,7 +118,7 @@ demo: K8S_VERSION = $(NEWEST_K8S_VERSION)
 demo: deps images ## a local cluster on the newest release, the chart installed, the seed's example and the tour run and shown
 	@e2e/demo.sh
 
-test: deps lint integration fuzz e2e e2e-newest ## everything: lint, unit, integration, fuzz, e2e on $(K8S_RELEASE_SEED) and (but chaos) on $(K8S_RELEASE_NEWEST)
+test: deps lint integration fuzz e2e e2e-newest e2e-podgroups ## everything: lint, unit, integration, fuzz, e2e on $(K8S_RELEASE_SEED), (but chaos) on $(K8S_RELEASE_NEWEST), and its PodGroup phase
 
 clean:
 	rm -rf _output
