@@ -15,6 +15,9 @@ import (
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
+// fieldManager is the manager of the restored field in the classes' managedFields.
+const fieldManager = "gpu-dra-webhook"
+
 // classPatcher is the part of a DeviceClass client the restorer uses.
 type classPatcher interface {
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*resourceapi.DeviceClass, error)
@@ -25,8 +28,8 @@ type classPatcher interface {
 // when the chart wrote them. After a control-plane upgrade that serves the field, the stored
 // classes still lack it, so neither the scheduler nor the webhook (which reads the feature from the
 // stored classes) would serve pods' resources.limits through DRA until a helm upgrade wrote the
-// classes again. A merge patch of the one field is both the probe and the fix: an API server that
-// drops the field stores nothing (the object is unchanged) and answers without it.
+// classes again. A dry-run merge patch of the one field is the probe (an API server that drops the
+// field answers without it) and the same patch is the fix.
 type classRestorer struct {
 	classes []podinject.DeviceClass
 	stored  func() []*resourceapi.DeviceClass
@@ -56,7 +59,13 @@ func (r *classRestorer) restore(ctx context.Context) []*resourceapi.DeviceClass 
 		if err != nil {
 			continue
 		}
-		got, err := r.patch.Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gpu-dra-webhook"})
+		// A dry run first: a real patch that the API server strips of the field would still record
+		// this webhook as the field's manager, and helm's next server-side apply of the class
+		// would conflict with it. Where the field is not served nothing is written.
+		got, err := r.patch.Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager, DryRun: []string{metav1.DryRunAll}})
+		if err == nil && ptr.Deref(got.Spec.ExtendedResourceName, "") == string(c.ExtendedResourceName) {
+			got, err = r.patch.Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
+		}
 		switch {
 		case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
 			// resource.k8s.io/v1 not served (before 1.34, which has no such field), the class

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,14 +21,17 @@ import (
 )
 
 // droppingServer answers merge patches of extendedResourceName like an API server that serves the
-// field (keeps it) or not (drops it), and counts the patches.
+// field (keeps it) or not (drops it), and records the patches (a dry run's as "dry-run NAME").
 type droppingServer struct {
 	serves  bool
 	err     error
 	patched []string
 }
 
-func (s *droppingServer) Patch(_ context.Context, name string, pt types.PatchType, data []byte, _ metav1.PatchOptions, _ ...string) (*resourceapi.DeviceClass, error) {
+func (s *droppingServer) Patch(_ context.Context, name string, pt types.PatchType, data []byte, o metav1.PatchOptions, _ ...string) (*resourceapi.DeviceClass, error) {
+	if len(o.DryRun) > 0 {
+		name = "dry-run " + name
+	}
 	s.patched = append(s.patched, name)
 	if s.err != nil {
 		return nil, s.err
@@ -71,14 +75,18 @@ func TestClassRestorer(t *testing.T) {
 	}
 	stored := []*resourceapi.DeviceClass{storedClass("gpu.example.com", ""), storedClass("set.example.com", "other.example.com/gpu"),
 		storedClass("plain.example.com", ""), storedClass("user.example.com", "")}
+	dry, real := "dry-run gpu.example.com", "gpu.example.com"
 	for _, tc := range []struct {
 		name     string
 		server   droppingServer
 		restored bool
+		// patched are the patches of each of the three rounds: nothing is written where the dry
+		// run shows the field dropped or the patch refused.
+		patched []string
 	}{
-		{name: "served", server: droppingServer{serves: true}, restored: true},
-		{name: "dropped", server: droppingServer{}},
-		{name: "forbidden", server: droppingServer{err: apierrors.NewForbidden(schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}, "gpu.example.com", nil)}},
+		{name: "served", server: droppingServer{serves: true}, restored: true, patched: []string{dry, real}},
+		{name: "dropped", server: droppingServer{}, patched: []string{dry}},
+		{name: "forbidden", server: droppingServer{err: apierrors.NewForbidden(schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}, "gpu.example.com", nil)}, patched: []string{dry}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -90,7 +98,7 @@ func TestClassRestorer(t *testing.T) {
 					t.Fatalf("restored %d classes, want restored: %v", len(got), tc.restored)
 				}
 			}
-			if want := []string{"gpu.example.com", "gpu.example.com", "gpu.example.com"}; strings.Join(tc.server.patched, ",") != strings.Join(want, ",") {
+			if want := slices.Concat(tc.patched, tc.patched, tc.patched); strings.Join(tc.server.patched, ",") != strings.Join(want, ",") {
 				t.Errorf("patched %v, want %v", tc.server.patched, want)
 			}
 			if n := strings.Count(logs.String(), "Restored the extendedResourceName"); (n == 1) != tc.restored || n > 1 {

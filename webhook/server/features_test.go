@@ -152,6 +152,24 @@ func TestServedFeaturesThroughAPIServer(t *testing.T) {
 				}
 			})
 
+			if tc.dropped && !tc.want.extended && tc.kubelet == "" {
+				t.Run("nothing written where the field is dropped", func(t *testing.T) {
+					// The restore runs once the informers have synced, within a second of the
+					// start; a write would make the webhook a manager of the class, and helm's next
+					// server-side apply of the class would conflict with it.
+					time.Sleep(3 * time.Second)
+					dc, err := draclient.New(cs).DeviceClasses().Get(ctx, class.Name, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, m := range dc.ManagedFields {
+						if m.Manager == "gpu-dra-webhook" {
+							t.Errorf("the webhook wrote the class where the API server drops extendedResourceName: %+v", m)
+						}
+					}
+				})
+			}
+
 			t.Run("model list", func(t *testing.T) {
 				pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "models", Annotations: map[string]string{
 					"gpu.example.com/count": "1", "gpu.example.com/model": "A100,LATEST-GPU-MODEL",
