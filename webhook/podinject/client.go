@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -151,8 +152,23 @@ func checkSpec(have [sha256.Size]byte, want *resourceapi.ResourceClaimTemplate) 
 var createBackoff = wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1}
 
 // transient errors go away on their own: a restarting single API server is briefly missing from
-// the kubernetes Service (connection refused), or the server sheds load.
+// the kubernetes Service (connection refused), the server sheds load, or it could not connect to
+// the claim webhook it calls on the template (a replica going away while its endpoint is still
+// listed; the next call reaches another).
 func transient(err error) bool {
 	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) ||
-		apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
+		apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) ||
+		webhookUnreachable(err)
+}
+
+// webhookUnreachable: the API server answered with an internal error because it could not connect
+// to a webhook. The API server says so only in the message ("failed calling webhook …: connect:
+// connection refused"); a webhook that answered, even slowly, is not retried.
+func webhookUnreachable(err error) bool {
+	if !apierrors.IsInternalError(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "failed calling webhook") &&
+		(strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "no endpoints available"))
 }

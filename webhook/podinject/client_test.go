@@ -91,6 +91,9 @@ func TestAPIClient(t *testing.T) {
 	}
 }
 
+// errWebhookUnreachable is how the API server answers a write when it could not call a webhook.
+var errWebhookUnreachable = apierrors.NewInternalError(errors.New(`failed calling webhook "resourceclaims.gpu.example.com": failed to call webhook: Post "https://gpu-dra-webhook.gpu-dra.svc:443/validate-resource-claim?timeout=5s": dial tcp 10.0.0.80:443: connect: connection refused`))
+
 // A restarting API server or throttling must not turn into a denied pod when a retry a moment
 // later succeeds; anything else fails at once.
 func TestEnsureTemplateRetriesTransientErrors(t *testing.T) {
@@ -107,6 +110,12 @@ func TestEnsureTemplateRetriesTransientErrors(t *testing.T) {
 		{name: "forbidden is final", failures: []error{apierrors.NewForbidden(resourceapi.Resource("resourceclaimtemplates"), "x", errors.New("rbac"))},
 			wantCalls: 1, wantErr: "forbidden"},
 		{name: "gives up", failures: []error{refused, refused, refused, refused, refused, refused}, wantCalls: 5, wantErr: "connection refused"},
+		// The API server could not reach the claim webhook on the template (a replica going away
+		// while its endpoint is still listed): the next call reaches another one.
+		{name: "claim webhook unreachable", failures: []error{errWebhookUnreachable}, wantCalls: 2},
+		{name: "claim webhook denial is final", failures: []error{apierrors.NewForbidden(resourceapi.Resource("resourceclaimtemplates"), "x",
+			errors.New(`admission webhook "resourceclaims.gpu.example.com" denied the request: no`))}, wantCalls: 1, wantErr: "denied"},
+		{name: "other internal errors are final", failures: []error{apierrors.NewInternalError(errors.New("etcd is gone"))}, wantCalls: 1, wantErr: "etcd"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
