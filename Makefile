@@ -24,6 +24,9 @@ ENVTEST_ASSETS := $(CACHE)/envtest/v$(K8S_VERSION)
 # The other releases whose API server integration tests run on (testapiserver.ReleaseAssetsDir, e.g.
 # the plugin's claim status policy on 1.32.13, 1.34.2 and 1.37.2): only their kube-apiserver is built.
 ENVTEST_RELEASES ?= $(K8S_RELEASE_OLDEST) $(NEWEST_K8S_VERSION)
+# The newest release's binaries that integration tests run (hack/verify-test-binaries.sh keeps this
+# list complete: a test asking for one not built here passes only where an e2e cluster built it).
+NEWEST_TEST_BINARIES := kube-apiserver kube-controller-manager kube-scheduler
 VERSION ?= $(PROJECT_IMAGE_TAG)
 PROJECT_IMAGE ?= $(PROJECT_IMAGE_REPOSITORY):$(VERSION)
 export PROJECT_IMAGE
@@ -57,9 +60,9 @@ deps: ## install Debian packages and Go tools that tests and the demo need
 envtest-assets: ## a real kube-apiserver + etcd + kubectl for integration tests
 	@e2e/cluster/envtest-assets.sh >/dev/null
 
-envtest-releases: ## kube-apiserver + etcd of ENVTEST_RELEASES too, for tests that run on several releases (and the newest's kube-controller-manager, for its storage-version migrator)
+envtest-releases: ## kube-apiserver + etcd of ENVTEST_RELEASES too, for tests that run on several releases (and the newest's kube-controller-manager and kube-scheduler, which some integration tests run)
 	@for v in $(ENVTEST_RELEASES); do bins=kube-apiserver; \
-	  if [ $$v = $(NEWEST_K8S_VERSION) ]; then bins="kube-apiserver kube-controller-manager"; fi; \
+	  if [ $$v = $(NEWEST_K8S_VERSION) ]; then bins="$(NEWEST_TEST_BINARIES)"; fi; \
 	  K8S_VERSION=$$v K8S_BINARIES="$$bins" e2e/cluster/envtest-assets.sh >/dev/null; done
 
 unit: ## unit tests (+ integration tests when `make envtest-assets` has run; they skip loudly otherwise)
@@ -85,6 +88,7 @@ lint: ## gofmt, go vet, staticcheck, every target README.md or docs/ name that n
 	$(TOOLS)/staticcheck ./...
 	@for s in $$(git ls-files '*.sh'); do bash -n $$s; done
 	@hack/verify-make-deps.sh
+	@hack/verify-test-binaries.sh
 
 images: build ## build image tarballs (no container engine needed)
 	@e2e/cluster/images.sh build
