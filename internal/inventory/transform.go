@@ -20,7 +20,7 @@ import (
 // cache is), so equal parts can be one value.
 
 // TransformSlice is the ResourceSlice informer's transform: a *Slice with metadata stripped to
-// sliceMeta, interned strings, shared capacity maps, and shared attribute maps with the attributes
+// Meta and labels, interned strings, shared capacity maps, and shared attribute maps with the attributes
 // a device has on its own kept apart. It leaves obj alone. Anything but a *ResourceSlice passes
 // through (tombstones).
 func (in *Interner) TransformSlice(obj any) (any, error) {
