@@ -103,8 +103,8 @@ func TestInformersListInPages(t *testing.T) {
 				t.Fatalf("%d slices cached (and %d as published), want %d", len(objs.CompactSlices), len(objs.Slices), n)
 			}
 			for _, s := range objs.CompactSlices {
-				if s.Annotations != nil || s.ManagedFields != nil {
-					t.Fatalf("slice %s cached with its metadata: %+v", s.Name, s.ObjectMeta)
+				if m := s.Full().ObjectMeta; m.Annotations != nil || m.ManagedFields != nil {
+					t.Fatalf("slice %s cached with its metadata: %+v", s.Name, m)
 				}
 				want := nodeSlice(t, *s.Spec.NodeName, nodegroups.GroupSpec{})
 				if !apiequality.Semantic.DeepEqual(s.Full().Spec.Devices, want.Spec.Devices) {

@@ -29,7 +29,7 @@ func TestNodeTransform(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := out.(*Node)
-		if l, _ := n.Label("a"); n.Name != "n1" || l != "b" || len(n.Labels()) != 1 || n.Annotations != nil {
+		if l, _ := n.Label("a"); n.Name != "n1" || l != "b" || len(n.Labels()) != 1 || n.Full().Annotations != nil {
 			t.Errorf("kept more than name and labels: %+v", n)
 		}
 		if len(n.Allocatable) != len(tc.want) || !n.Allocatable["gpu.example.com/gpu"].Equal(tc.want["gpu.example.com/gpu"]) {

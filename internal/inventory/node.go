@@ -16,7 +16,7 @@ import (
 // the collector walks on every cycle. Here the labels whose value is the node's name (hostname)
 // are kept as their keys, and nodes with the same other labels share one map.
 type Node struct {
-	metav1.ObjectMeta
+	Meta
 	// labels are the labels but for those in nameKeys, shared between nodes.
 	labels map[string]string
 	// nameKeys are the keys of the labels whose value is the node's name.
@@ -34,9 +34,14 @@ func (n *Node) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind
 
 // DeepCopyObject makes Node a runtime.Object; the labels are shared and read-only, as in the cache.
 func (n *Node) DeepCopyObject() runtime.Object {
-	out := &Node{labels: n.labels, nameKeys: n.nameKeys, Allocatable: n.Allocatable.DeepCopy(), KubeletVersion: n.KubeletVersion, held: n.held}
-	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	return out
+	return &Node{Meta: n.Meta, labels: n.labels, nameKeys: n.nameKeys, Allocatable: n.Allocatable.DeepCopy(), KubeletVersion: n.KubeletVersion, held: n.held}
+}
+
+// GetObjectMeta is what the informer's key function and reflector, and other readers of the
+// node's metadata, read of the node.
+func (n *Node) GetObjectMeta() metav1.Object {
+	m := n.objectMeta(n.Labels())
+	return &m
 }
 
 // Label returns the value of the label key.
@@ -64,12 +69,9 @@ func (n *Node) Labels() map[string]string {
 	return out
 }
 
-// GetLabels is Labels, for readers of the node's metav1.Object: the embedded ObjectMeta has none.
-func (n *Node) GetLabels() map[string]string { return n.Labels() }
-
 // Full returns the node as the scheduler's allocator reads it: name and labels.
 func (n *Node) Full() *v1.Node {
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels()},
+	return &v1.Node{ObjectMeta: n.objectMeta(n.Labels()),
 		Status: v1.NodeStatus{Allocatable: n.Allocatable}}
 }
 
@@ -84,7 +86,7 @@ func CompactNodes(in *Interner, nodes []*v1.Node) []*Node {
 
 // node keeps of n what Node holds, of its allocatable resources those keep accepts.
 func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
-	out := &Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
+	out := &Node{Meta: Meta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
 	var others map[string]string
 	for k, v := range n.Labels {
 		if v == n.Name {

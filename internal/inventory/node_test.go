@@ -37,7 +37,7 @@ func TestNodeKept(t *testing.T) {
 				t.Errorf("%s: label %s = %q, %t; want %q", tc.from.Name, k, got, ok, v)
 			}
 		}
-		var meta metav1.Object = tc.kept
+		meta := tc.kept.GetObjectMeta()
 		if !maps.Equal(meta.GetLabels(), tc.from.Labels) {
 			t.Errorf("%s: GetLabels %v, want %v", tc.from.Name, meta.GetLabels(), tc.from.Labels)
 		}

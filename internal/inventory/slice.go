@@ -18,8 +18,9 @@ import (
 // Attributes put them back together; Attribute reads one without doing so.
 type Slice struct {
 	metav1.TypeMeta
-	metav1.ObjectMeta
-	Spec resourceapi.ResourceSliceSpec
+	Meta
+	Labels map[string]string
+	Spec   resourceapi.ResourceSliceSpec
 	// own is sorted by device index; the names and values are in ownText. Neither holds a
 	// pointer: the collector, which walks every cached slice on every cycle, skips both.
 	own     []ownAttribute
@@ -114,7 +115,7 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 // Full returns the slice as published (without the metadata the transform dropped). It allocates
 // an attribute map per device that has attributes of its own: use it for a few slices at a time.
 func (s *Slice) Full() *resourceapi.ResourceSlice {
-	out := &resourceapi.ResourceSlice{TypeMeta: s.TypeMeta, ObjectMeta: s.ObjectMeta, Spec: s.Spec}
+	out := &resourceapi.ResourceSlice{TypeMeta: s.TypeMeta, ObjectMeta: s.objectMeta(s.Labels), Spec: s.Spec}
 	if len(s.own) == 0 {
 		return out
 	}
@@ -129,10 +130,15 @@ func (s *Slice) Full() *resourceapi.ResourceSlice {
 // DeepCopyObject makes Slice a runtime.Object, as the informer's store wants; the copy shares
 // nothing with s.
 func (s *Slice) DeepCopyObject() runtime.Object {
-	out := &Slice{TypeMeta: s.TypeMeta, own: append([]ownAttribute(nil), s.own...), ownText: s.ownText}
-	s.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out := &Slice{TypeMeta: s.TypeMeta, Meta: s.Meta, Labels: maps.Clone(s.Labels), own: append([]ownAttribute(nil), s.own...), ownText: s.ownText}
 	s.Spec.DeepCopyInto(&out.Spec)
 	return out
+}
+
+// GetObjectMeta is what the informer's key function and reflector read of the slice.
+func (s *Slice) GetObjectMeta() metav1.Object {
+	m := s.objectMeta(s.Labels)
+	return &m
 }
 
 // SliceList is a list of Slices, as the slice informer's list returns them.

@@ -19,14 +19,8 @@ import (
 // managedFields (a field set per device). The cached objects are read-only (as every informer
 // cache is), so equal parts can be one value.
 
-// sliceMeta (in.mu held) keeps of a slice's metadata what identifies it; the allocator and the
-// View read only the spec and the name.
-func (in *Interner) sliceMeta(m *metav1.ObjectMeta, held *[]*entry) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: in.labels(m.Labels, held)}
-}
-
 // TransformSlice is the ResourceSlice informer's transform: a *Slice with metadata stripped to
-// sliceMeta, interned strings, shared capacity maps, and shared attribute maps with the attributes
+// Meta and labels, interned strings, shared capacity maps, and shared attribute maps with the attributes
 // a device has on its own kept apart. It leaves obj alone. Anything but a *ResourceSlice passes
 // through (tombstones).
 func (in *Interner) TransformSlice(obj any) (any, error) {
@@ -49,7 +43,10 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 		key, keyed = shapeKey(out.Spec.Devices)
 	}
 	in.mu.Lock()
-	out.ObjectMeta = in.sliceMeta(&s.ObjectMeta, &held)
+	// Of the metadata, what identifies the slice; the allocator and the View read only the
+	// spec and the name.
+	out.Meta = metaOf(&s.ObjectMeta)
+	out.Labels = in.labels(s.Labels, &held)
 	out.Spec.Driver = *in.str(s.Spec.Driver, &held)
 	if out.Spec.Devices != nil {
 		out.Spec.Devices = in.devices(out.Spec.Devices, key, keyed, &held)

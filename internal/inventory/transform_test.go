@@ -91,8 +91,8 @@ func TestTransformSlice(t *testing.T) {
 				}
 			}
 			wantMeta := metav1.ObjectMeta{Name: a.Name, UID: a.UID, ResourceVersion: "42", Generation: 1}
-			if !apiequality.Semantic.DeepEqual(ta.ObjectMeta, wantMeta) {
-				t.Errorf("metadata %+v, want only %+v", ta.ObjectMeta, wantMeta)
+			if got := ta.Full().ObjectMeta; !apiequality.Semantic.DeepEqual(got, wantMeta) {
+				t.Errorf("metadata %+v, want only %+v", got, wantMeta)
 			}
 			// The same shape on two nodes: one capacity map, and one attribute map, the uuids
 			// kept apart.
@@ -209,8 +209,8 @@ func TestListSlicesInPages(t *testing.T) {
 		}
 	}
 	for _, s := range out.Items {
-		if s.ManagedFields != nil || s.OwnerReferences != nil || len(s.Spec.Devices) != 8 {
-			t.Errorf("item %s not transformed: %+v", s.Name, s.ObjectMeta)
+		if m := s.Full().ObjectMeta; m.ManagedFields != nil || m.OwnerReferences != nil || len(s.Spec.Devices) != 8 {
+			t.Errorf("item %s not transformed: %+v", s.Name, m)
 		}
 	}
 	failing := func(context.Context, metav1.ListOptions) (*resourceapi.ResourceSliceList, error) {
@@ -227,7 +227,7 @@ func TestTransformEvent(t *testing.T) {
 	in := NewInterner()
 	for _, typ := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted} {
 		e, ok := in.transformEvent(watch.Event{Type: typ, Object: nodeSlice(t, "n", nodegroups.GroupSpec{})})
-		if !ok || e.Type != typ || e.Object.(*Slice).ManagedFields != nil {
+		if !ok || e.Type != typ || e.Object.(*Slice).Full().ManagedFields != nil {
 			t.Errorf("%s: %v, %+v", typ, ok, e)
 		}
 	}

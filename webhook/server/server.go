@@ -11,10 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -42,12 +40,9 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("build scheme: %w", err)
-	}
+	// No scheme of its own: nothing here reads objects through the manager's client or cache,
+	// and client-go's (every built-in group, registered when the package loads) is the default.
 	mgr, err := manager.New(cfg, manager.Options{
-		Scheme:                 scheme,
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		WebhookServer: newWebhookServer(webhook.Options{
@@ -147,6 +142,9 @@ func registerFleet(c *fleetmetrics.Collector) error {
 	return nil
 }
 
+// settleTimeout bounds the wait for the first index of the listed state (Validator.Settle).
+const settleTimeout = 30 * time.Second
+
 // featureRefresh is how often the webhook asks the API server again what it serves.
 const featureRefresh = 30 * time.Second
 
@@ -226,8 +224,12 @@ func (h *handlers) run(ctx context.Context) {
 	go wait.JitterUntilWithContext(ctx, h.refresh, featureRefresh, servedfeatures.RefreshJitter, false)
 	if cache.WaitForCacheSync(ctx.Done(), h.informers.HasSynced, h.claims.HasSynced) {
 		// The initial lists are the process's peak (pages decoded next to what the caches
-		// keep): hand that back to the OS now rather than when the scavenger gets to it,
-		// so that the footprint a node sees is what the caches hold.
+		// keep, and the indexes rebuilt while the lists came in): once the index of what
+		// they hold is built, hand that back to the OS rather than when the scavenger gets
+		// to it, so that the footprint a node sees is what the caches and the index hold.
+		settle, cancel := context.WithTimeout(ctx, settleTimeout)
+		h.validator.Settle(settle)
+		cancel()
 		debug.FreeOSMemory()
 	}
 	<-ctx.Done()

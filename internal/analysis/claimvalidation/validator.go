@@ -98,6 +98,21 @@ func (v *Validator) Invalidate() {
 	}
 }
 
+// Settle builds the index of the published devices, if it is not built, and waits until the
+// fleet of current allocations is built for what the caches hold, or until ctx ends: a review
+// after it finds both in place.
+func (v *Validator) Settle(ctx context.Context) {
+	if v.view == nil {
+		return
+	}
+	if _, err := v.view.Snapshot(); err != nil {
+		return
+	}
+	if v.held != nil {
+		v.held.Settle(ctx)
+	}
+}
+
 // InvalidateClaims says that what the claims of WithClaims list has changed.
 func (v *Validator) InvalidateClaims() {
 	if v.held != nil {

@@ -66,6 +66,30 @@ func (h *Held) kick() <-chan struct{} {
 	return h.published
 }
 
+// Settle returns once the rebuilds running or due when it is called have ended (the one on its
+// way and the one a change since asked for; claims changing all the time start more, which it
+// does not wait for), or when ctx ends: called after the initial lists, it returns once the fleet
+// of the listed state is built.
+func (h *Held) Settle(ctx context.Context) {
+	for range 2 {
+		h.mu.Lock()
+		if !h.running {
+			h.mu.Unlock()
+			return
+		}
+		if h.published == nil {
+			h.published = make(chan struct{})
+		}
+		published := h.published
+		h.mu.Unlock()
+		select {
+		case <-published:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // rebuildShare: rebuilds one after the other take at most 1/rebuildShare of one CPU, however
 // large the fleet and however often claims change.
 const rebuildShare = 5

@@ -1,6 +1,7 @@
 package diagnosis
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,5 +75,60 @@ func TestHeldRebuildsCoalesced(t *testing.T) {
 			t.Fatal("a GPU freed a minute ago, still warned about")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHeldSettle: Settle returns at once when no rebuild is on its way; otherwise once the
+// rebuild running and the one a change during it asked for have ended, so that the fleet of
+// what the claims were at the call is built; a rebuild that does not end leaves it to its context.
+func TestHeldSettle(t *testing.T) {
+	st := &inventory.Objects{Classes: feasibilitytest.Classes(), Nodes: []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "node-0000"}}},
+		Slices: []*resourceapi.ResourceSlice{feasibilitytest.GPUSlice("node-0000", 2, feasibilitytest.Fixed("LATEST-GPU-MODEL"), "80Gi")}}
+	claims := &countedClaims{liveClaims: &liveClaims{byName: map[string]*resourceapi.ResourceClaim{}}}
+	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()), feasibility.WithTimeout(time.Minute))
+	held := NewHeld(view, claims, WithRebuildInterval(10*time.Millisecond))
+	held.Settle(context.Background())
+	if n := claims.lists.Load(); n != 0 || held.state.Load() != nil {
+		t.Fatalf("nothing changed: %d listings, fleet %v", n, held.state.Load())
+	}
+
+	listing := make(chan struct{})
+	claims.mu.Lock()
+	claims.held = listing
+	claims.mu.Unlock()
+	held.Invalidate()
+	for claims.lists.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// A change while the first rebuild lists the claims: the one after it reads it.
+	claims.mu.Lock()
+	c := heldClaim("node-0000", 0)
+	claims.byName[c.Name] = c
+	claims.held = nil
+	claims.mu.Unlock()
+	held.Invalidate()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	held.Settle(ctx)
+	cancel()
+	if ctx.Err() == nil {
+		t.Fatal("Settle returned while a rebuild was still listing the claims")
+	}
+	settled := make(chan struct{})
+	go func() {
+		held.Settle(context.Background())
+		close(settled)
+	}()
+	close(listing)
+	select {
+	case <-settled:
+	case <-time.After(time.Minute):
+		t.Fatal("Settle did not return after the rebuilds ended")
+	}
+	if n := claims.lists.Load(); n != 2 {
+		t.Errorf("Settle returned after %d listings of the claims, want 2 (the rebuild running and the one the change asked for)", n)
+	}
+	if msg := heldNowOrHang(t, held, "default", gpuSpec(t, 2)); msg == "" {
+		t.Error("the fleet built by the time Settle returned does not hold the claim added during the first rebuild")
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/lru"
@@ -149,7 +148,7 @@ func (s *Snapshot) indexNodes(nodes []*inventory.Node) {
 	// A slice may name a node the cache has not seen (offline inventories list no nodes).
 	for _, sl := range s.slices {
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
-			addNode(&inventory.Node{ObjectMeta: metav1.ObjectMeta{Name: *sl.Spec.NodeName}})
+			addNode(&inventory.Node{Meta: inventory.Meta{Name: *sl.Spec.NodeName}})
 		}
 	}
 	sort.Slice(s.nodes, func(i, j int) bool { return s.nodes[i].Name < s.nodes[j].Name })
