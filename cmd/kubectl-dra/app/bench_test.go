@@ -61,20 +61,24 @@ func runBenchCases(b *testing.B, srv *testapiserver.Server, cases []benchCase) {
 	kubeconfig := writeKubeconfig(b, srv.Config)
 	b.Setenv("KUBECONFIG", "")
 	for _, bc := range cases {
-		b.Run(bc.name, func(b *testing.B) {
-			want := regexp.MustCompile(bc.want)
-			client, server := cpuSeconds(b)
-			for b.Loop() {
-				r := run(b, "", append(bc.args, "--kubeconfig", kubeconfig)...)
-				if r.code != 0 || !want.MatchString(r.stdout) {
-					b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
-				}
-			}
-			client2, server2 := cpuSeconds(b)
-			b.ReportMetric((client2-client)/float64(b.N), "client-cpu-s/op")
-			b.ReportMetric((server2-server)/float64(b.N), "server-cpu-s/op")
-		})
+		b.Run(bc.name, func(b *testing.B) { runBenchCase(b, bc, append(bc.args, "--kubeconfig", kubeconfig)) })
 	}
+}
+
+// runBenchCase runs the command of bc with args in a loop and reports the CPU time it took, and
+// that of the server processes the test started.
+func runBenchCase(b *testing.B, bc benchCase, args []string) {
+	want := regexp.MustCompile(bc.want)
+	client, server := cpuSeconds(b)
+	for b.Loop() {
+		r := run(b, "", args...)
+		if r.code != 0 || !want.MatchString(r.stdout) {
+			b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
+		}
+	}
+	client2, server2 := cpuSeconds(b)
+	b.ReportMetric((client2-client)/float64(b.N), "client-cpu-s/op")
+	b.ReportMetric((server2-server)/float64(b.N), "server-cpu-s/op")
 }
 
 // BenchmarkFleetLarge runs status and why against a real kube-apiserver holding

@@ -80,6 +80,8 @@ func isExpired(err error) bool {
 // keptClaim is what status and why read of a ResourceClaim they did not ask for by name: which it
 // is, whether it is going away, its allocation and its consumers. Its spec, the driver's
 // status.devices, labels, annotations and managedFields are most of a claim's bytes and go.
+// claimPages decodes no more than this from a protobuf page, and not the allocation's node
+// selector and configuration either, which nothing here reads.
 func keptClaim(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
 		TypeMeta: c.TypeMeta,
