@@ -180,10 +180,11 @@ func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Durati
 }
 
 // cliRun is what one command took: wall time, CPU time (user and system, which the machine's
-// other work does not inflate as it does the wall time) and peak resident memory in bytes.
+// other work does not inflate as it does the wall time) and peak resident memory in bytes; and
+// the CPU time the API server spent meanwhile, where the caller measures it.
 type cliRun struct {
-	Wall, CPU time.Duration
-	MaxRSS    int64
+	Wall, CPU, ServerCPU time.Duration
+	MaxRSS               int64
 }
 
 // runKubectlDra is timeKubectlDra that also returns the CPU time and peak RSS of the command.

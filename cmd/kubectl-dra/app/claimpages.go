@@ -11,24 +11,26 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
-// listClaims lists the ResourceClaims of all namespaces into out, as keptClaim keeps them. Where
-// the API server serves resource.k8s.io/v1 in protobuf (Kubernetes 1.34 and later) it decodes the
-// pages itself (claimPages); elsewhere it reads them through the typed client, which converts
-// older versions.
-func (c *readClient) listClaims(ctx context.Context, p *progress, out *[]*resourceapi.ResourceClaim) (int, error) {
+// listClaims lists the ResourceClaims of all namespaces into out, as the fleet reads them: who
+// each is, its allocation's device results and its consumers; their spec, the driver's
+// status.devices, labels, annotations and managedFields are most of a claim's bytes and go. Where
+// the API server serves resource.k8s.io/v1 in protobuf (Kubernetes 1.34 and later) the pages are
+// decoded here (claimPages); elsewhere through the typed client, which converts older versions.
+func (c *readClient) listClaims(ctx context.Context, p *progress, out *[]*deviceusage.Claim) (int, error) {
 	typed := func() (int, error) {
-		return listKept(ctx, p, claimsWhat, metav1.ListOptions{Limit: claimsPageSize}, c.dra.ResourceClaims("").List, out, keptClaim)
+		return listKept(ctx, p, claimsWhat, metav1.ListOptions{Limit: claimsPageSize}, c.dra.ResourceClaims("").List, out, deviceusage.ClaimOf)
 	}
 	rc, ok := c.cs.ResourceV1().RESTClient().(*rest.RESTClient)
 	if !ok || rc == nil {
 		return typed()
 	}
-	n, err := claimPages(ctx, p, rc, func() { *out = nil }, func(c *resourceapi.ResourceClaim) { *out = append(*out, c) })
+	n, err := claimPages(ctx, p, rc, func() { *out = nil }, func(c *deviceusage.Claim) { *out = append(*out, c) })
 	if errors.Is(err, errNotProtobuf) || apierrors.IsNotFound(err) {
 		return typed()
 	}
@@ -45,10 +47,9 @@ var errNotProtobuf = errors.New("not a protobuf list of resource.k8s.io/v1 Resou
 // while the next one is requested: of 40,000 claims, decoding their spec, labels and
 // managedFields took more of the command's time than anything it does with the claims, and
 // waiting for each page before asking for the next one left the API server idle meanwhile.
-// Of each claim it decodes what keptClaim keeps that the fleet reads: name, namespace, UID,
-// resourceVersion, deletionTimestamp, the allocation's device results, and reservedFor. At most
-// two pages are held: one decoded, the next one read.
-func claimPages(ctx context.Context, p *progress, rc rest.Interface, start func(), each func(*resourceapi.ResourceClaim)) (int, error) {
+// Of each claim it decodes what the fleet reads: name, namespace, the allocation's device results
+// and reservedFor. At most two pages are held: one decoded, the next one read.
+func claimPages(ctx context.Context, p *progress, rc rest.Interface, start func(), each func(*deviceusage.Claim)) (int, error) {
 	for restarted := false; ; restarted = true {
 		start()
 		n, err := claimPagesOnce(ctx, p, rc, each)
@@ -59,7 +60,7 @@ func claimPages(ctx context.Context, p *progress, rc rest.Interface, start func(
 	}
 }
 
-func claimPagesOnce(ctx context.Context, p *progress, rc rest.Interface, each func(*resourceapi.ResourceClaim)) (int, error) {
+func claimPagesOnce(ctx context.Context, p *progress, rc rest.Interface, each func(*deviceusage.Claim)) (int, error) {
 	pages := make(chan []byte)
 	g, gctx := errgroup.WithContext(ctx)
 	n := 0
@@ -164,8 +165,8 @@ func listContinue(list []byte) (string, int, error) {
 	return lm.Continue, items, nil
 }
 
-// decodeClaimList hands each claim of an encoded ResourceClaimList to each, as keptClaim keeps it.
-func decodeClaimList(list []byte, each func(*resourceapi.ResourceClaim)) (int, error) {
+// decodeClaimList hands each claim of an encoded ResourceClaimList to each, as the fleet reads it.
+func decodeClaimList(list []byte, each func(*deviceusage.Claim)) (int, error) {
 	n := 0
 	namespaces := map[string]string{}
 	err := eachField(list, func(num protowire.Number, v []byte) error {
@@ -186,52 +187,41 @@ func decodeClaimList(list []byte, each func(*resourceapi.ResourceClaim)) (int, e
 	return n, nil
 }
 
-// decodeClaim decodes what keptClaim keeps of a claim, but for the allocation's node selector
-// and configuration, which the fleet does not read. namespaces makes the claims of one namespace
-// share its name.
-func decodeClaim(b []byte, namespaces map[string]string) (*resourceapi.ResourceClaim, error) {
-	c := &resourceapi.ResourceClaim{}
+// decodeClaim decodes what the fleet reads of a claim (deviceusage.ClaimOf): its metadata's name
+// and namespace, its status's allocation results and consumers. namespaces makes the claims of
+// one namespace share its name.
+func decodeClaim(b []byte, namespaces map[string]string) (*deviceusage.Claim, error) {
+	c := &deviceusage.Claim{}
 	err := eachField(b, func(num protowire.Number, v []byte) error {
 		switch num {
-		case 1:
-			return decodeKeptMeta(v, &c.ObjectMeta, namespaces)
-		case 3:
-			return decodeKeptStatus(v, &c.Status)
+		case 1: // metadata
+			return eachField(v, func(num protowire.Number, v []byte) error {
+				switch num {
+				case 1:
+					c.Name = string(v)
+				case 3:
+					ns, ok := namespaces[string(v)]
+					if !ok {
+						ns = string(v)
+						namespaces[ns] = ns
+					}
+					c.Namespace = ns
+				}
+				return nil
+			})
+		case 3: // status
+			return decodeStatus(v, c)
 		}
 		return nil
 	})
 	return c, err
 }
 
-func decodeKeptMeta(b []byte, m *metav1.ObjectMeta, namespaces map[string]string) error {
+func decodeStatus(b []byte, c *deviceusage.Claim) error {
 	return eachField(b, func(num protowire.Number, v []byte) error {
 		switch num {
-		case 1:
-			m.Name = string(v)
-		case 3:
-			ns, ok := namespaces[string(v)]
-			if !ok {
-				ns = string(v)
-				namespaces[ns] = ns
-			}
-			m.Namespace = ns
-		case 5:
-			m.UID = types.UID(v)
-		case 6:
-			m.ResourceVersion = string(v)
-		case 9:
-			m.DeletionTimestamp = &metav1.Time{}
-			return m.DeletionTimestamp.Unmarshal(v)
-		}
-		return nil
-	})
-}
-
-func decodeKeptStatus(b []byte, s *resourceapi.ResourceClaimStatus) error {
-	return eachField(b, func(num protowire.Number, v []byte) error {
-		switch num {
-		case 1:
-			s.Allocation = &resourceapi.AllocationResult{}
+		case 1: // allocation
+			c.Allocated = true
 			return eachField(v, func(num protowire.Number, v []byte) error {
 				if num != 1 { // devices
 					return nil
@@ -244,16 +234,16 @@ func decodeKeptStatus(b []byte, s *resourceapi.ResourceClaimStatus) error {
 					if err := r.Unmarshal(v); err != nil {
 						return err
 					}
-					s.Allocation.Devices.Results = append(s.Allocation.Devices.Results, r)
+					c.Results = append(c.Results, deviceusage.ResultOf(&r))
 					return nil
 				})
 			})
-		case 2:
+		case 2: // reservedFor
 			var r resourceapi.ResourceClaimConsumerReference
 			if err := r.Unmarshal(v); err != nil {
 				return err
 			}
-			s.ReservedFor = append(s.ReservedFor, r)
+			c.ReservedFor = append(c.ReservedFor, r)
 		}
 		return nil
 	})

@@ -75,8 +75,7 @@ func encodedClaimList(t testing.TB, items []resourceapi.ResourceClaim, cont stri
 }
 
 // TestDecodeClaimList: of a page of claims in protobuf, the command's own decoding gives the
-// fleet what the typed client's decoding, kept by keptClaim, gives it, and the metadata
-// keptClaim keeps.
+// fleet what it reads of the claims the typed client decodes.
 func TestDecodeClaimList(t *testing.T) {
 	items := claimVariety()
 	list, err := claimListOf(encodedClaimList(t, items, "next-page"))
@@ -87,20 +86,16 @@ func TestDecodeClaimList(t *testing.T) {
 	if err != nil || cont != "next-page" || n != len(items) {
 		t.Fatalf("continue %q and %d items (%v), want %q and %d", cont, n, err, "next-page", len(items))
 	}
-	var got []*resourceapi.ResourceClaim
-	if _, err := decodeClaimList(list, func(c *resourceapi.ResourceClaim) { got = append(got, c) }); err != nil {
+	var got []*deviceusage.Claim
+	if _, err := decodeClaimList(list, func(c *deviceusage.Claim) { got = append(got, c) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(items) {
 		t.Fatalf("%d claims decoded, want %d", len(got), len(items))
 	}
 	for i := range items {
-		want := keptClaim(&items[i])
-		if d := cmp.Diff(want.ObjectMeta, got[i].ObjectMeta); d != "" {
-			t.Errorf("claim %s: metadata (-keptClaim +decoded):\n%s", want.Name, d)
-		}
-		if d := cmp.Diff(deviceusage.ClaimOf(want), deviceusage.ClaimOf(got[i])); d != "" {
-			t.Errorf("claim %s: as the fleet reads it (-keptClaim +decoded):\n%s", want.Name, d)
+		if d := cmp.Diff(deviceusage.ClaimOf(&items[i]), got[i]); d != "" {
+			t.Errorf("claim %s (-typed client +decoded):\n%s", items[i].Name, d)
 		}
 	}
 }
@@ -129,7 +124,7 @@ func TestClaimListOfRejects(t *testing.T) {
 				_, _, err = listContinue(list)
 			}
 			if err == nil {
-				_, err = decodeClaimList(list, func(*resourceapi.ResourceClaim) {})
+				_, err = decodeClaimList(list, func(*deviceusage.Claim) {})
 			}
 			if err == nil || errors.Is(err, errNotProtobuf) != tc.notFrom {
 				t.Errorf("error %v; want one, errNotProtobuf: %t", err, tc.notFrom)
@@ -185,7 +180,7 @@ func TestClaimPages(t *testing.T) {
 			defer p.stop()
 			var got []string
 			first := true
-			read, err := claimPages(context.Background(), p, c.cs.ResourceV1().RESTClient(), func() { got = nil }, func(cl *resourceapi.ResourceClaim) {
+			read, err := claimPages(context.Background(), p, c.cs.ResourceV1().RESTClient(), func() { got = nil }, func(cl *deviceusage.Claim) {
 				if first {
 					first = false
 					// The first claim waits for the second page's request.
@@ -226,9 +221,8 @@ func TestClaimPages(t *testing.T) {
 }
 
 // TestListClaimsDecodesV1Protobuf: status and why decode the claims of a cluster that serves
-// resource.k8s.io/v1 in protobuf themselves, without what the fleet does not read (the
-// allocation's node selector, managedFields), and the fleet reads them as it reads those of the
-// typed client. (TestListPagesAgainstCluster reads 1.32's v1beta1 claims through the typed client.)
+// resource.k8s.io/v1 in protobuf themselves, as the fleet reads the claims the typed client
+// decodes. (TestListPagesAgainstCluster reads 1.32's v1beta1 claims through the typed client.)
 func TestListClaimsDecodesV1Protobuf(t *testing.T) {
 	claims := claimVariety()
 	srv := startProtoServer(t, nil, map[string]*protoList{
@@ -247,15 +241,12 @@ func TestListClaimsDecodesV1Protobuf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(state.Claims) != len(claims) {
-		t.Fatalf("%d claims, want %d", len(state.Claims), len(claims))
+	if len(state.Kept) != len(claims) || state.Claims != nil {
+		t.Fatalf("%d claims as the fleet reads them and %d objects, want %d and none", len(state.Kept), len(state.Claims), len(claims))
 	}
-	for i, cl := range state.Claims {
-		if cl.Status.Allocation != nil && cl.Status.Allocation.NodeSelector != nil || cl.ManagedFields != nil {
-			t.Errorf("claim %s: node selector or managedFields decoded, which the fleet does not read", cl.Name)
-		}
-		if d := cmp.Diff(deviceusage.ClaimOf(keptClaim(&claims[i])), deviceusage.ClaimOf(cl)); d != "" {
-			t.Errorf("claim %s (-want +got):\n%s", cl.Name, d)
+	for i, cl := range state.Kept {
+		if d := cmp.Diff(deviceusage.ClaimOf(&claims[i]), cl); d != "" {
+			t.Errorf("claim %s (-typed client +decoded):\n%s", cl.Name, d)
 		}
 	}
 }
@@ -289,6 +280,6 @@ func FuzzDecodeClaimList(f *testing.F) {
 		if _, _, err := listContinue(b); err != nil {
 			return
 		}
-		_, _ = decodeClaimList(b, func(*resourceapi.ResourceClaim) {})
+		_, _ = decodeClaimList(b, func(*deviceusage.Claim) {})
 	})
 }

@@ -63,7 +63,7 @@ func newReadClientForConfig(cfg *rest.Config) (*readClient, error) {
 
 // listOptions says what to list besides ResourceSlices and DeviceTaintRules.
 type listOptions struct {
-	// claims lists the ResourceClaims of all namespaces, as keptClaim keeps them.
+	// claims lists the ResourceClaims of all namespaces, as the fleet reads them.
 	claims  bool
 	classes bool
 	// nodes lists the Nodes (name and labels only); nodeSelector and nodeName narrow the list.
@@ -96,7 +96,7 @@ func (c *readClient) list(ctx context.Context, opts listOptions, errOut io.Write
 	})
 	if opts.claims {
 		run("ResourceClaims", func() (int, error) {
-			n, err := c.listClaims(ctx, p, &state.Claims)
+			n, err := c.listClaims(ctx, p, &state.Kept)
 			return n, wrapList("ResourceClaims in all namespaces", err)
 		})
 	}

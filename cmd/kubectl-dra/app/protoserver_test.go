@@ -54,7 +54,7 @@ func startProtoServer(t testing.TB, objects map[string]runtime.Object, lists map
 
 // config is a client configuration for the server.
 func (s *protoServer) config() *rest.Config {
-	return &rest.Config{Host: s.URL, QPS: -1}
+	return &rest.Config{Host: s.URL}
 }
 
 // expireOnce makes the next continuation of the list at path expire.

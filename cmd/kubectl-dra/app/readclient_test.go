@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
 // TestReadClientIsNotThrottled: the lists of a large cluster are many pages, and the read client
@@ -41,8 +45,8 @@ func TestReadClientIsNotThrottled(t *testing.T) {
 	defer p.stop()
 	ctx := context.Background()
 	start := time.Now()
-	var claims []*resourceapi.ResourceClaim
-	if _, err := listKept(ctx, p, "ResourceClaims", metav1.ListOptions{Limit: 1}, c.dra.ResourceClaims("").List, &claims, keptClaim); err != nil {
+	var claims []*deviceusage.Claim
+	if _, err := listKept(ctx, p, "ResourceClaims", metav1.ListOptions{Limit: 1}, c.dra.ResourceClaims("").List, &claims, deviceusage.ClaimOf); err != nil {
 		t.Fatal(err)
 	}
 	var nodes []*corev1.Node
@@ -55,5 +59,23 @@ func TestReadClientIsNotThrottled(t *testing.T) {
 	// Unthrottled, the 60 requests take milliseconds; throttled, 8 s.
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("%d pages of claims and %d of nodes took %s: the client holds its requests back", pages, pages, d.Round(time.Millisecond))
+	}
+}
+
+// TestOneShotGC: status and why collect garbage at oneShotGCPercent, unless GOGC says otherwise.
+func TestOneShotGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	if err := os.Unsetenv("GOGC"); err != nil {
+		t.Fatal(err)
+	}
+	oneShotGC()
+	if got := debug.SetGCPercent(100); got != oneShotGCPercent {
+		t.Errorf("GOGC unset: collecting at %d %%, want %d", got, oneShotGCPercent)
+	}
+	t.Setenv("GOGC", "100")
+	oneShotGC()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=100: collecting at %d %%, want GOGC's", got)
 	}
 }

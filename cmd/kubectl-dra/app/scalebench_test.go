@@ -137,6 +137,14 @@ func scaleFleet(t testing.TB, n int) *protoServer {
 		}
 		return claim(fmt.Sprintf("scale-claims-%02d", i%scaleNamespaces), fmt.Sprintf("held-%05d", i), i, request(1), alloc)
 	}
+	// The API server lists claims by namespace and name: the held claims of each of the
+	// scale-claims-NN namespaces, then scale-load's.
+	byName := make([]int, 0, held)
+	for ns := range scaleNamespaces {
+		for i := ns; i < held; i += scaleNamespaces {
+			byName = append(byName, i)
+		}
+	}
 	whyClaim := claim(scaleNamespace, scaleWhy, held, request(8), nil)
 	class := resourceapi.DeviceClass{TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
 		ObjectMeta: metav1.ObjectMeta{Name: driver, UID: uid(4, 0), ResourceVersion: "5", CreationTimestamp: created},
@@ -177,7 +185,7 @@ func scaleFleet(t testing.TB, n int) *protoServer {
 					l.Items = append(l.Items, whyClaim)
 					continue
 				}
-				l.Items = append(l.Items, heldClaim(i))
+				l.Items = append(l.Items, heldClaim(byName[i]))
 			}
 			return l
 		}},
