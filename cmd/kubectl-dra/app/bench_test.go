@@ -88,13 +88,7 @@ func runBenchCase(b *testing.B, bc benchCase, args []string) {
 //
 //	go test -run '^$' -bench BenchmarkFleetLarge -benchtime 3x -timeout 60m ./cmd/kubectl-dra/app
 func BenchmarkFleetLarge(b *testing.B) {
-	nodes := 5000
-	if v := os.Getenv("GPU_DRA_BENCH_NODES"); v != "" {
-		var err error
-		if nodes, err = strconv.Atoi(v); err != nil || nodes < 2 {
-			b.Fatalf("GPU_DRA_BENCH_NODES=%q: want a number of nodes, at least 2", v)
-		}
-	}
+	nodes := largeFleetNodes(b)
 	srv := testapiserver.Start(b)
 	start := time.Now()
 	populate(b, srv, nodes, func(int) int { return benchGPUs })
@@ -105,6 +99,19 @@ func BenchmarkFleetLarge(b *testing.B) {
 		{"why-eight-held", []string{"why", "resourceclaim/eight"}, fmt.Sprintf("DevicesAllocated: %d matching devices on the %d nodes", nodes*benchGPUs, nodes)},
 		{"why-allocated", []string{"why", "resourceclaim/job-n0001-0"}, "n0001"},
 	})
+}
+
+// largeFleetNodes is GPU_DRA_BENCH_NODES, 5,000 unless set.
+func largeFleetNodes(b *testing.B) int {
+	v := os.Getenv("GPU_DRA_BENCH_NODES")
+	if v == "" {
+		return 5000
+	}
+	nodes, err := strconv.Atoi(v)
+	if err != nil || nodes < 2 {
+		b.Fatalf("GPU_DRA_BENCH_NODES=%q: want a number of nodes, at least 2", v)
+	}
+	return nodes
 }
 
 // populate creates the benchmark's cluster of nodes, node i with claims(i) of its GPUs held, with
