@@ -33,7 +33,7 @@ func claimVariety() []resourceapi.ResourceClaim {
 		return metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), ResourceVersion: "42", Generation: 3, CreationTimestamp: at,
 			Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"note": strings.Repeat("y", 300)},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-scheduler", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "resource.k8s.io/v1",
-				Time: &at, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:allocation":{}}}`)}, Subresource: "status"}}}
+				Time: &at, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:allocation":{}}}`), Subresource: "status"}}}
 	}
 	held := resourceapi.ResourceClaim{ObjectMeta: meta("team-a", "held"), Spec: spec, Status: resourceapi.ResourceClaimStatus{
 		Allocation: &resourceapi.AllocationResult{

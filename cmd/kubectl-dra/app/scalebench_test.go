@@ -212,7 +212,7 @@ func managed(t testing.TB, at metav1.Time, apiVersion, subresource string, field
 		t.Fatal(err)
 	}
 	return metav1.ManagedFieldsEntry{Manager: "scale", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: apiVersion, Time: &at,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: set}, Subresource: subresource}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(set)), Subresource: subresource}
 }
 
 // fieldSet is v's fields as a FieldsV1 set names them: "f:" fields, "k:" list entries keyed by
