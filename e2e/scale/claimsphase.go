@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,26 +175,36 @@ func createPendingPod(ctx context.Context, cs kubernetes.Interface, class string
 // timeKubectlDra runs `kubectl dra ARGS...` once and returns how long the whole command took. Its
 // output is kept in o.WorkDir (kubectl-dra-ARGS.txt), to see what it answered.
 func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Duration, error) {
-	d, _, err := runKubectlDra(ctx, o, args...)
-	return d, err
+	r, err := runKubectlDra(ctx, o, args...)
+	return r.Wall, err
 }
 
-// runKubectlDra is timeKubectlDra that also returns the CPU time (user and system) the command
-// took, which the machine's other work does not inflate as it does the wall time.
-func runKubectlDra(ctx context.Context, o Options, args ...string) (wall, cpu time.Duration, err error) {
+// cliRun is what one command took: wall time, CPU time (user and system, which the machine's
+// other work does not inflate as it does the wall time) and peak resident memory in bytes; and
+// the CPU time the API server spent meanwhile, where the caller measures it.
+type cliRun struct {
+	Wall, CPU, ServerCPU time.Duration
+	MaxRSS               int64
+}
+
+// runKubectlDra is timeKubectlDra that also returns the CPU time and peak RSS of the command.
+func runKubectlDra(ctx context.Context, o Options, args ...string) (cliRun, error) {
 	if o.KubectlDra == "" {
-		return 0, 0, nil
+		return cliRun{}, nil
 	}
 	cmd := exec.CommandContext(ctx, o.KubectlDra, append(args, "--kubeconfig", o.Kubeconfig)...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	d := time.Since(start)
+	r := cliRun{Wall: time.Since(start)}
 	if err != nil {
-		return 0, 0, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
+		return cliRun{}, fmt.Errorf("kubectl dra %v: %w\n%.2000s", args, err, out)
 	}
-	cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	r.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.MaxRSS = ru.Maxrss << 10 // kilobytes on Linux
+	}
 	name := "kubectl-dra-" + strings.NewReplacer("/", "-", " ", "-").Replace(strings.Join(args, " ")) + ".txt"
-	return d, cpu, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
+	return r, os.WriteFile(filepath.Join(o.WorkDir, name), out, 0o644)
 }
 
 // upstreamResult is our webhook against the upstream example webhook at the largest fleet,

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,14 +128,14 @@ func fillCLI(ctx context.Context, cs kubernetes.Interface, o CLIOptions) error {
 }
 
 // timeCLI times status and why with every binary, round by round, and prints each binary's
-// wall and CPU times per command.
+// wall and CPU times and peak RSS per command, with the machine's load before and after.
 func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer) error {
 	commands := [][]string{{"status"}, {"why", "pod/" + whyPod, "-n", loadNamespace}}
-	times := make([][][]time.Duration, len(o.KubectlDra))
-	cpus := make([][][]time.Duration, len(o.KubectlDra))
-	for b := range times {
-		times[b], cpus[b] = make([][]time.Duration, len(commands)), make([][]time.Duration, len(commands))
+	runs := make([][][]cliRun, len(o.KubectlDra))
+	for b := range runs {
+		runs[b] = make([][]cliRun, len(commands))
 	}
+	before := machine()
 	for range o.Runs {
 		for b, bin := range o.KubectlDra {
 			ob := Options{KubectlDra: bin, Kubeconfig: kubeconfig, WorkDir: filepath.Join(o.WorkDir, fmt.Sprintf("bin-%d", b))}
@@ -141,20 +143,62 @@ func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer
 				return err
 			}
 			for c, args := range commands {
-				d, cpu, err := runKubectlDra(ctx, ob, args...)
+				before := childrenCPU()
+				r, err := runKubectlDra(ctx, ob, args...)
 				if err != nil {
 					return err
 				}
-				times[b][c], cpus[b][c] = append(times[b][c], d), append(cpus[b][c], cpu)
+				r.ServerCPU = childrenCPU() - before
+				runs[b][c] = append(runs[b][c], r)
 			}
 		}
 	}
-	fmt.Fprintf(out, "| kubectl-dra | `kubectl dra status` | its CPU | `kubectl dra why pod/%s` | its CPU |\n|---|---|---|---|---|\n", whyPod)
+	fmt.Fprintf(out, "Machine: %s before, %s after.\n\n", before, machine())
+	fmt.Fprintf(out, "| kubectl-dra | `kubectl dra status` | its CPU | API server's CPU | its peak RSS | `kubectl dra why pod/%s` | its CPU | API server's CPU | its peak RSS |\n|---|---|---|---|---|---|---|---|---|\n", whyPod)
 	for b, bin := range o.KubectlDra {
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s |\n", bin, secondsRange(times[b][0]), secondsRange(cpus[b][0]),
-			secondsRange(times[b][1]), secondsRange(cpus[b][1]))
+		fmt.Fprintf(out, "| %s |", bin)
+		for c := range commands {
+			var wall, cpu, server []time.Duration
+			rss := int64(0)
+			for _, r := range runs[b][c] {
+				wall, cpu, server, rss = append(wall, r.Wall), append(cpu, r.CPU), append(server, r.ServerCPU), max(rss, r.MaxRSS)
+			}
+			fmt.Fprintf(out, " %s | %s | %s | %.0f MiB |", secondsRange(wall), secondsRange(cpu), secondsRange(server), mib(rss))
+		}
+		fmt.Fprintln(out)
 	}
 	return nil
+}
+
+// childrenCPU is the CPU time (user and system) of this process's children that are running:
+// envtest's etcd and kube-apiserver.
+func childrenCPU() time.Duration {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self := strconv.Itoa(os.Getpid())
+	var ticks int64
+	for _, p := range procs {
+		data, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which is in parentheses and may hold spaces: state,
+		// ppid, ... utime and stime are the 12th and 13th.
+		rest := string(data)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) < 13 || f[1] != self {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += utime + stime
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
 }
 
 // secondsRange is the fastest, median and slowest of ds.

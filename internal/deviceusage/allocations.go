@@ -21,7 +21,7 @@ func (f *Fleet) addAllocations(claims []*Claim) {
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
 	sorted := slices.Clone(claims)
-	slices.SortFunc(sorted, func(a, b *Claim) int {
+	sortStable(sorted, func(a, b *Claim) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	for _, c := range sorted {

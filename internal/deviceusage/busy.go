@@ -83,14 +83,28 @@ func exceedsCounters(d *resourceapi.Device, pool poolKey, counters map[counterKe
 }
 
 // capacities hands out one copy of the capacity values per published capacity map and driver:
-// devices of one shape share that map (published.Interner makes it one), and a copy per device
-// would be most of a large fleet's size. The maps' identities are keys while the slices that hold
-// them are alive, which they are while Build runs.
-type capacities map[capacityKey]capacityValues
+// devices of one shape share that map (published.Interner makes it one) or have equal ones (a list
+// decoded object by object), and a copy per device would be most of a large fleet's size. The maps'
+// identities are keys while the slices that hold them are alive, which they are while Build runs;
+// recent are the last distinct ones, which the next device's map is compared with.
+type capacities struct {
+	byMap  map[capacityKey]capacityValues
+	recent []capacitySource
+}
+
+// maxRecentCapacities bounds the maps a device's is compared with: the devices of a slice, and
+// of the nodes of one group, have equal ones.
+const maxRecentCapacities = 8
 
 type capacityKey struct {
 	caps   uintptr
 	driver string
+}
+
+type capacitySource struct {
+	driver string
+	caps   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
+	values capacityValues
 }
 
 type capacityValues struct {
@@ -98,13 +112,22 @@ type capacityValues struct {
 	memory *resource.Quantity
 }
 
-func (cs capacities) of(driver string, caps map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) capacityValues {
+func newCapacities() *capacities {
+	return &capacities{byMap: map[capacityKey]capacityValues{}}
+}
+
+func (cs *capacities) of(driver string, caps map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) capacityValues {
 	if len(caps) == 0 {
 		return capacityValues{}
 	}
 	k := capacityKey{reflect.ValueOf(caps).Pointer(), driver}
-	if v, ok := cs[k]; ok {
+	if v, ok := cs.byMap[k]; ok {
 		return v
+	}
+	for _, r := range cs.recent {
+		if r.driver == driver && sameCapacities(r.caps, caps) {
+			return r.values
+		}
 	}
 	v := capacityValues{all: make(map[resourceapi.QualifiedName]resource.Quantity, len(caps))}
 	for n, c := range caps {
@@ -114,6 +137,25 @@ func (cs capacities) of(driver string, caps map[resourceapi.QualifiedName]resour
 		m := c.Value.DeepCopy()
 		v.memory = &m
 	}
-	cs[k] = v
+	cs.byMap[k] = v
+	if len(cs.recent) == maxRecentCapacities {
+		cs.recent = cs.recent[1:]
+	}
+	cs.recent = append(cs.recent, capacitySource{driver: driver, caps: caps, values: v})
 	return v
+}
+
+// sameCapacities: a and b have the same capacities, of equal values written alike (so that they
+// print alike).
+func sameCapacities(a, b map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for n, c := range a {
+		d, ok := b[n]
+		if !ok || c.Value.Format != d.Value.Format || c.Value.Cmp(d.Value) != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -32,12 +32,17 @@ func ClaimOf(c *resourceapi.ResourceClaim) *Claim {
 	if a := c.Status.Allocation; a != nil {
 		out.Allocated = true
 		out.Results = make([]Result, len(a.Devices.Results))
-		for i, r := range a.Devices.Results {
-			out.Results[i] = Result{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device,
-				AdminAccess: r.AdminAccess != nil && *r.AdminAccess, ShareID: r.ShareID, ConsumedCapacity: r.ConsumedCapacity}
+		for i := range a.Devices.Results {
+			out.Results[i] = ResultOf(&a.Devices.Results[i])
 		}
 	}
 	return out
+}
+
+// ResultOf is what a fleet reads of r; it shares r's share ID and consumed capacity.
+func ResultOf(r *resourceapi.DeviceRequestAllocationResult) Result {
+	return Result{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device,
+		AdminAccess: r.AdminAccess != nil && *r.AdminAccess, ShareID: r.ShareID, ConsumedCapacity: r.ConsumedCapacity}
 }
 
 // claimsOf converts in's claims and appends its kept ones.

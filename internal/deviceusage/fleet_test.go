@@ -186,3 +186,35 @@ func TestSelection(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacitiesShared: devices whose capacity maps are equal but their own (as a list decodes
+// them, one per device) share one copy of the values, which print as published; a device with
+// other capacities, or the same value written otherwise, gets its own.
+func TestCapacitiesShared(t *testing.T) {
+	other := gpu("gpu-2", "A")
+	other.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("40Gi")}}
+	spelled := gpu("gpu-3", "A")
+	spelled.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("85899345920")}}
+	f := Build(Input{Slices: []*resourceapi.ResourceSlice{
+		slice("a", "node-a", gpu("gpu-0", "A"), gpu("gpu-1", "A"), other, spelled),
+		slice("b", "node-b", gpu("gpu-0", "A")),
+	}})
+	if len(f.Devices) != 5 {
+		t.Fatalf("%d devices, want 5", len(f.Devices))
+	}
+	byName := map[string]*Device{}
+	for _, d := range f.Devices {
+		byName[d.Node+"/"+d.Name] = d
+	}
+	first := byName["node-a/gpu-0"]
+	for _, name := range []string{"node-a/gpu-1", "node-b/gpu-0"} {
+		if d := byName[name]; fmt.Sprintf("%p", d.Capacity) != fmt.Sprintf("%p", first.Capacity) || d.Memory != first.Memory {
+			t.Errorf("%s: capacities not shared with node-a/gpu-0's equal ones", name)
+		}
+	}
+	for name, want := range map[string]string{"node-a/gpu-0": "80Gi", "node-a/gpu-2": "40Gi", "node-a/gpu-3": "85899345920"} {
+		if got := byName[name].Memory.String(); got != want {
+			t.Errorf("%s: memory %s, want %s as published", name, got, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"maps"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,6 +54,32 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	}
 	out.held = in.hold(held)
 	in.mu.Unlock()
+	return out
+}
+
+// Wrap returns slices as the checks read them, without sharing anything: each a *Slice holding
+// the published spec (no attributes kept apart), less the attributes that a selector's quantity()
+// would parse at an unbounded cost (as TransformSlice drops them). For an inventory read once, as
+// kubectl dra reads a cluster's: its slices are held anyway, and finding what repeats (an encoding
+// and a digest of every device list and attribute map) cost it more time than all its checks.
+func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
+	out := make([]*Slice, len(published))
+	for i, s := range published {
+		w := &Slice{TypeMeta: s.TypeMeta, Spec: s.Spec, ObjectMeta: metav1.ObjectMeta{Name: s.Name, UID: s.UID,
+			ResourceVersion: s.ResourceVersion, Generation: s.Generation, Labels: s.Labels}}
+		for j := range s.Spec.Devices {
+			attrs := s.Spec.Devices[j].Attributes
+			kept := withoutCostlyQuantities(attrs)
+			if len(kept) == len(attrs) {
+				continue
+			}
+			if &w.Spec.Devices[0] == &s.Spec.Devices[0] {
+				w.Spec.Devices = slices.Clone(s.Spec.Devices)
+			}
+			w.Spec.Devices[j].Attributes = kept
+		}
+		out[i] = w
+	}
 	return out
 }
 

@@ -321,3 +321,38 @@ func TestTransformSliceDropsCostlyQuantities(t *testing.T) {
 		t.Error("an honest device's attributes were copied")
 	}
 }
+
+// TestWrap: a wrapped slice reads as the slice as published, attribute by attribute and as a whole,
+// but for the attributes a selector's quantity() would parse for minutes, which TransformSlice
+// drops too; it leaves the published slice alone and shares its devices while none is dropped.
+func TestWrap(t *testing.T) {
+	honest := nodeSlice(t, "node-a", nodegroups.GroupSpec{Count: 2})
+	costly := honest.DeepCopy()
+	costly.Spec.Devices[1].Attributes["own"] = resourceapi.DeviceAttribute{StringValue: ptr.To("5e-5000000")}
+	before := costly.DeepCopy()
+	got := Wrap([]*resourceapi.ResourceSlice{honest, costly})
+	if len(got) != 2 {
+		t.Fatalf("%d slices, want 2", len(got))
+	}
+	if !apiequality.Semantic.DeepEqual(costly, before) {
+		t.Error("Wrap changed its input")
+	}
+	if &got[0].Spec.Devices[0] != &honest.Spec.Devices[0] {
+		t.Error("an honest slice's devices were copied")
+	}
+	for k, w := range got {
+		if w.Name != honest.Name || !apiequality.Semantic.DeepEqual(w.Full().Spec, honest.Spec) {
+			t.Errorf("slice %d: Full() is not the slice as published, less the costly attribute", k)
+		}
+		for i := range w.Spec.Devices {
+			for name, a := range honest.Spec.Devices[i].Attributes {
+				if got, ok := w.Attribute(i, name); !ok || !apiequality.Semantic.DeepEqual(got, a) {
+					t.Errorf("slice %d device %d: %s = %+v, want %+v", k, i, name, got, a)
+				}
+			}
+			if _, ok := w.Attribute(i, "own"); ok {
+				t.Errorf("slice %d device %d keeps the costly attribute", k, i)
+			}
+		}
+	}
+}

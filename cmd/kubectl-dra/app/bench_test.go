@@ -61,20 +61,24 @@ func runBenchCases(b *testing.B, srv *testapiserver.Server, cases []benchCase) {
 	kubeconfig := writeKubeconfig(b, srv.Config)
 	b.Setenv("KUBECONFIG", "")
 	for _, bc := range cases {
-		b.Run(bc.name, func(b *testing.B) {
-			want := regexp.MustCompile(bc.want)
-			client, server := cpuSeconds(b)
-			for b.Loop() {
-				r := run(b, "", append(bc.args, "--kubeconfig", kubeconfig)...)
-				if r.code != 0 || !want.MatchString(r.stdout) {
-					b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
-				}
-			}
-			client2, server2 := cpuSeconds(b)
-			b.ReportMetric((client2-client)/float64(b.N), "client-cpu-s/op")
-			b.ReportMetric((server2-server)/float64(b.N), "server-cpu-s/op")
-		})
+		b.Run(bc.name, func(b *testing.B) { runBenchCase(b, bc, append(bc.args, "--kubeconfig", kubeconfig)) })
 	}
+}
+
+// runBenchCase runs the command of bc with args in a loop and reports the CPU time it took, and
+// that of the server processes the test started.
+func runBenchCase(b *testing.B, bc benchCase, args []string) {
+	want := regexp.MustCompile(bc.want)
+	client, server := cpuSeconds(b)
+	for b.Loop() {
+		r := run(b, "", args...)
+		if r.code != 0 || !want.MatchString(r.stdout) {
+			b.Fatalf("exit %d, stdout lacks %q:\n%.3000s\nstderr:\n%s", r.code, bc.want, r.stdout, r.stderr)
+		}
+	}
+	client2, server2 := cpuSeconds(b)
+	b.ReportMetric((client2-client)/float64(b.N), "client-cpu-s/op")
+	b.ReportMetric((server2-server)/float64(b.N), "server-cpu-s/op")
 }
 
 // BenchmarkFleetLarge runs status and why against a real kube-apiserver holding
@@ -84,13 +88,7 @@ func runBenchCases(b *testing.B, srv *testapiserver.Server, cases []benchCase) {
 //
 //	go test -run '^$' -bench BenchmarkFleetLarge -benchtime 3x -timeout 60m ./cmd/kubectl-dra/app
 func BenchmarkFleetLarge(b *testing.B) {
-	nodes := 5000
-	if v := os.Getenv("GPU_DRA_BENCH_NODES"); v != "" {
-		var err error
-		if nodes, err = strconv.Atoi(v); err != nil || nodes < 2 {
-			b.Fatalf("GPU_DRA_BENCH_NODES=%q: want a number of nodes, at least 2", v)
-		}
-	}
+	nodes := largeFleetNodes(b)
 	srv := testapiserver.Start(b)
 	start := time.Now()
 	populate(b, srv, nodes, func(int) int { return benchGPUs })
@@ -101,6 +99,19 @@ func BenchmarkFleetLarge(b *testing.B) {
 		{"why-eight-held", []string{"why", "resourceclaim/eight"}, fmt.Sprintf("DevicesAllocated: %d matching devices on the %d nodes", nodes*benchGPUs, nodes)},
 		{"why-allocated", []string{"why", "resourceclaim/job-n0001-0"}, "n0001"},
 	})
+}
+
+// largeFleetNodes is GPU_DRA_BENCH_NODES, 5,000 unless set.
+func largeFleetNodes(b *testing.B) int {
+	v := os.Getenv("GPU_DRA_BENCH_NODES")
+	if v == "" {
+		return 5000
+	}
+	nodes, err := strconv.Atoi(v)
+	if err != nil || nodes < 2 {
+		b.Fatalf("GPU_DRA_BENCH_NODES=%q: want a number of nodes, at least 2", v)
+	}
+	return nodes
 }
 
 // populate creates the benchmark's cluster of nodes, node i with claims(i) of its GPUs held, with

@@ -20,7 +20,10 @@ import (
 // clusterState is what status and why look at, every resource.k8s.io object converted to v1.
 type clusterState struct {
 	inventory.Objects
+	// Claims come from a --cluster-state file; Kept are the claims of a cluster, as the fleet
+	// reads them.
 	Claims     []*resourceapi.ResourceClaim
+	Kept       []*deviceusage.Claim
 	TaintRules []*resourceapi.DeviceTaintRule
 	// Pods and Templates come only from a --cluster-state file; against a cluster, why reads the
 	// one pod and template it is asked about.
@@ -29,7 +32,7 @@ type clusterState struct {
 }
 
 func (s *clusterState) fleetInput() deviceusage.Input {
-	return deviceusage.Input{Slices: s.Slices, Claims: s.Claims, TaintRules: s.TaintRules}
+	return deviceusage.Input{Slices: s.Slices, Claims: s.Claims, Kept: s.Kept, TaintRules: s.TaintRules}
 }
 
 // readClusterState decodes a --cluster-state file: ResourceSlices, DeviceClasses, ResourceClaims,

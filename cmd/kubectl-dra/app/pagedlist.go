@@ -77,18 +77,6 @@ func isExpired(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 }
 
-// keptClaim is what status and why read of a ResourceClaim they did not ask for by name: which it
-// is, whether it is going away, its allocation and its consumers. Its spec, the driver's
-// status.devices, labels, annotations and managedFields are most of a claim's bytes and go.
-func keptClaim(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
-	return &resourceapi.ResourceClaim{
-		TypeMeta: c.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID,
-			ResourceVersion: c.ResourceVersion, DeletionTimestamp: c.DeletionTimestamp},
-		Status: resourceapi.ResourceClaimStatus{Allocation: c.Status.Allocation, ReservedFor: c.Status.ReservedFor},
-	}
-}
-
 // keptSlice is what status and why read of a ResourceSlice: its spec and its name. Its
 // managedFields (a field set per device) are as large as the devices.
 func keptSlice(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {

@@ -80,8 +80,8 @@ func TestListPagesAgainstCluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(state.Slices) != pagedObjects || len(state.Claims) != pagedObjects {
-				t.Errorf("read %d slices and %d claims, want %d of each", len(state.Slices), len(state.Claims), pagedObjects)
+			if len(state.Slices) != pagedObjects || len(state.Kept) != pagedObjects {
+				t.Errorf("read %d slices and %d claims, want %d of each", len(state.Slices), len(state.Kept), pagedObjects)
 			}
 			for _, want := range []struct {
 				resource string

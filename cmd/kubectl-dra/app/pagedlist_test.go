@@ -157,13 +157,13 @@ func TestListPages(t *testing.T) {
 				t.Errorf("%d slices in %d requests, want %d in 3", len(state.Slices), len(slices.requests), slices.n)
 			}
 			seen := map[string]bool{}
-			for _, cl := range state.Claims {
+			for _, cl := range state.Kept {
 				if seen[cl.Name] {
 					t.Errorf("claim %s read twice", cl.Name)
 				}
 				seen[cl.Name] = true
-				if cl.Status.Allocation == nil || cl.Annotations != nil {
-					t.Fatalf("claim %s: allocation %v, annotations %v; want the allocation kept, the rest dropped", cl.Name, cl.Status.Allocation != nil, cl.Annotations)
+				if !cl.Allocated || len(cl.Results) != 1 {
+					t.Fatalf("claim %s: allocated %t with %d results; want its allocation kept", cl.Name, cl.Allocated, len(cl.Results))
 				}
 			}
 			if len(seen) != tc.claims.n {

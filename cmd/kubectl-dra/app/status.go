@@ -88,6 +88,7 @@ func (o *statusOptions) run(ctx context.Context) error {
 			return fmt.Errorf("-l: %w", err)
 		}
 	}
+	oneShotGC()
 	state, notes, err := o.load(ctx)
 	if err != nil {
 		return err

@@ -153,6 +153,7 @@ func (o *whyOptions) run(ctx context.Context, kind, name string) error {
 	default:
 		return fmt.Errorf("-o %q: use json or yaml, or leave it out for text", o.output)
 	}
+	oneShotGC()
 	src, err := o.source()
 	if err != nil {
 		return err
@@ -173,7 +174,7 @@ func (o *whyOptions) explain(ctx context.Context, src *whySource, kind, name str
 		return err
 	}
 	in := state.fleetInput()
-	if in.Claims == nil {
+	if in.Claims == nil && in.Kept == nil {
 		in.Claims = t.known()
 	}
 	fl := deviceusage.Build(in)

@@ -113,14 +113,12 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 		return nil, fmt.Errorf("list published objects: %w", err)
 	}
 	slices, classes, nodes := objs.CompactSlices, objs.Classes, objs.CompactNodes
-	if slices == nil || nodes == nil {
-		in := inventory.NewInterner()
-		if slices == nil {
-			slices = inventory.Compact(in, objs.Slices)
-		}
-		if nodes == nil {
-			nodes = inventory.CompactNodes(in, objs.Nodes)
-		}
+	if slices == nil {
+		// A fixed inventory (kubectl dra, tests) is indexed once: nothing to share over time.
+		slices = inventory.Wrap(objs.Slices)
+	}
+	if nodes == nil {
+		nodes = inventory.CompactNodes(inventory.NewInterner(), objs.Nodes)
 	}
 	s := &Snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, sharedDrivers: map[string]bool{},
 		projections: map[string]*projection{}, verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
