@@ -2,6 +2,8 @@ package multinode
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -61,7 +63,7 @@ func TestNodeStoppedHard(t *testing.T) {
 	}
 
 	// The webhook, asked every second from now on.
-	probe := askWebhook(c, ns, filepath.Join(seedDir, "resourceclaimtemplate.v1.yaml"))
+	probe := askWebhook(t, c, ns)
 	start := time.Now()
 	if out, err := framework.Run(t, time.Minute, "../cluster/multinode-stop-node.sh", victim.Name); err != nil {
 		t.Fatalf("stop %s: %v\n%s", victim.Name, err, out)
@@ -110,19 +112,33 @@ func TestNodeStoppedHard(t *testing.T) {
 	}
 }
 
-// webhookProbe asks the webhook (a server-side dry run of a manifest it reviews) every second.
+// webhookProbe asks the webhook every second about the seed's template with a typo in its
+// selector, which only the webhook denies: an answer is its denial, anything else (admitted, or
+// the API server failing to call it) is not.
 type webhookProbe struct {
 	mu         sync.Mutex
 	answers    []error
 	quit, done chan struct{}
 }
 
-func askWebhook(c *framework.Cluster, ns, manifest string) *webhookProbe {
+func askWebhook(t *testing.T, c *framework.Cluster, ns string) *webhookProbe {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(seedDir, "resourceclaimtemplate.v1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	typo := strings.Replace(strings.Replace(string(raw), ".model ==", ".modle ==", 1), "name: example\n", "name: example-typo\n", 1)
 	w := &webhookProbe{quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for {
-			_, err := c.KubectlErr("-n", ns, "apply", "--dry-run=server", "-f", manifest, "--request-timeout=15s")
+			_, err := c.KubectlStdin([]byte(typo), "-n", ns, "apply", "--dry-run=server", "-f", "-", "--request-timeout=15s")
+			switch {
+			case err == nil:
+				err = errors.New("admitted the template with a typo")
+			case strings.Contains(err.Error(), "denied the request"):
+				err = nil
+			}
 			w.mu.Lock()
 			w.answers = append(w.answers, err)
 			w.mu.Unlock()
