@@ -104,11 +104,11 @@ func fleet(t *testing.T, c *framework.Cluster, nodes []node, shared, partitioned
 	// The plugins re-read the groups file; each node republishes within a minute.
 	framework.Eventually(t, 90*time.Second, "each node's slice in its group's shape", func() (bool, error) {
 		for _, n := range nodes {
-			s, err := sliceOf(context.Background(), c, n.Name)
+			devices, err := devicesOf(context.Background(), c, n.Name)
 			if err != nil {
 				return false, err
 			}
-			if got := sliceShape(s); got != want[n.Name] {
+			if got := shape(devices); got != want[n.Name] {
 				return false, fmt.Errorf("node %s publishes %s GPUs, want %s", n.Name, got, want[n.Name])
 			}
 		}
@@ -178,25 +178,28 @@ spec:
 	return got == "true"
 }
 
-func sliceOf(ctx context.Context, c *framework.Cluster, nodeName string) (*resourcev1.ResourceSlice, error) {
+// devicesOf is the devices the node's slices publish (a partitioned node publishes its shared
+// counters in a slice of their own).
+func devicesOf(ctx context.Context, c *framework.Cluster, nodeName string) ([]resourcev1.Device, error) {
 	list, err := c.Clientset.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: "spec.driver=" + driver + ",spec.nodeName=" + nodeName})
 	if err != nil {
 		return nil, err
 	}
-	if len(list.Items) != 1 {
-		return nil, fmt.Errorf("node %s has %d slices", nodeName, len(list.Items))
+	var out []resourcev1.Device
+	for _, s := range list.Items {
+		out = append(out, s.Spec.Devices...)
 	}
-	return &list.Items[0], nil
+	return out, nil
 }
 
-// sliceShape: partitioned (partition devices), shared (devices allowing several allocations) or
+// shape: partitioned (partition devices), shared (devices allowing several allocations) or
 // exclusive.
-func sliceShape(s *resourcev1.ResourceSlice) string {
-	if slices.ContainsFunc(s.Spec.Devices, func(d resourcev1.Device) bool { return strings.Contains(d.Name, "partition") }) {
+func shape(devices []resourcev1.Device) string {
+	if slices.ContainsFunc(devices, func(d resourcev1.Device) bool { return strings.Contains(d.Name, "partition") }) {
 		return "partitioned"
 	}
-	if slices.ContainsFunc(s.Spec.Devices, func(d resourcev1.Device) bool {
+	if slices.ContainsFunc(devices, func(d resourcev1.Device) bool {
 		return d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations
 	}) {
 		return "shared"
