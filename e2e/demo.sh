@@ -173,7 +173,7 @@ fault_to_taint() {
   fi
   wait_for 60 "the taint on gpu-7" sh -c "kubectl get resourceslices --field-selector spec.driver=gpu.example.com -o jsonpath='{.items[*].spec.devices[?(@.name==\"gpu-7\")].taints[*].key}' | grep -q unhealthy"
   add "fault on gpu-7 became a taint in its ResourceSlice:"
-  addcmd sh -c "$(declare -f gpus); gpus | grep '^gpu-7 '"
+  addcmd sh -c "node=$node; $(declare -f gpus); gpus | grep '^gpu-7 '"
 }
 
 status_and_why() {
