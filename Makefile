@@ -29,7 +29,8 @@ PROJECT_IMAGE ?= $(PROJECT_IMAGE_REPOSITORY):$(VERSION)
 export PROJECT_IMAGE
 BINARIES := gpu-kubelet-plugin gpu-webhook kubectl-dra
 FUZZTIME ?= 10s
-# Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/clusterupgrade/.
+# Every package but the real-cluster suites: e2e/, the in-place upgrade scenario e2e/clusterupgrade/ and
+# the multi-node suite e2e/multinode/.
 UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$' -e '/e2e/multinode$$')
 
 .PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-podgroups e2e-upgrade e2e-upgrade-newest e2e-multinode demo \

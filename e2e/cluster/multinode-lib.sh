@@ -54,7 +54,9 @@ mn_nodes() {
 }
 
 # Paths a node sees as its own, bound over the host's in its mount namespace: target and the
-# per-node source under the node's state (persistent) or run (sockets, CDI specs) directory.
+# per-node source under the node's state (persistent) or run (sockets, CDI specs) directory. Pod
+# logs too: a kubelet removes the log directories of pods its runtime does not know, which on a
+# shared /var/log/pods would be every other node's (and the single-node cluster's).
 MN_NODE_BINDS="/var/lib/kubelet:state/kubelet /etc/cdi:state/etc-cdi /run/cdi:run/cdi
 /run/containerd:run/containerd-default /var/lib/containerd:state/containerd-default
 /var/log/pods:state/log-pods /var/log/containers:state/log-containers /run/nri:run/nri"
