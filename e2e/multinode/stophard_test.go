@@ -101,10 +101,17 @@ func TestNodeStoppedHard(t *testing.T) {
 	t.Logf("webhook: %d of %d answers failed after the node stopped; node NotReady after %s, claim released after %s",
 		failed, asked, notReady.Round(time.Second), released.Round(time.Second))
 
-	for name, claim := range others {
+	checkKept(t, c, ns, nodes, others, before)
+}
+
+// checkKept: the pods keep-<node> still run the same container, and their nodes still hold their
+// claims.
+func checkKept(t *testing.T, c *framework.Cluster, ns string, nodes []node, claims map[string]*claimInfo, containers map[string]string) {
+	t.Helper()
+	for name, claim := range claims {
 		n := nodeNamed(t, nodes, name)
-		if now := containerID(t, c, ns, "keep-"+name); now != before[name] {
-			t.Errorf("node %s: the GPU pod's container was %s, is %s", name, before[name], now)
+		if now := containerID(t, c, ns, "keep-"+name); now != containers[name] {
+			t.Errorf("node %s: the GPU pod's container was %s, is %s", name, containers[name], now)
 		}
 		if spec, entry := n.holds(t, claim.UID); !spec || !entry {
 			t.Errorf("node %s: the running pod's claim has CDI spec %v, checkpoint entry %v", name, spec, entry)
