@@ -32,10 +32,11 @@ PROJECT_IMAGE ?= $(PROJECT_IMAGE_REPOSITORY):$(VERSION)
 export PROJECT_IMAGE
 BINARIES := gpu-kubelet-plugin gpu-webhook kubectl-dra
 FUZZTIME ?= 10s
-# Every package but the real-cluster suites: e2e/ and the in-place upgrade scenario e2e/clusterupgrade/.
-UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$')
+# Every package but the real-cluster suites: e2e/, the in-place upgrade scenario e2e/clusterupgrade/ and
+# the multi-node suite e2e/multinode/.
+UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$' -e '/e2e/multinode$$')
 
-.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-podgroups e2e-upgrade e2e-upgrade-newest demo \
+.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-podgroups e2e-upgrade e2e-upgrade-newest e2e-multinode demo \
 	cluster-up cluster-down images envtest-assets envtest-releases clean help
 
 all: build
@@ -93,10 +94,10 @@ lint: ## gofmt, go vet, staticcheck, every target README.md or docs/ name that n
 images: build ## build image tarballs (no container engine needed)
 	@e2e/cluster/images.sh build
 
-cluster-up: deps ## start the local cluster (MODE=full|controlplane, K8S_VERSION, RUNTIME_CONFIG, FEATURE_GATES)
+cluster-up: deps ## start the local cluster (MODE=full|controlplane|multinode, NODES, K8S_VERSION, RUNTIME_CONFIG, FEATURE_GATES)
 	@e2e/cluster/up.sh
 
-cluster-down: ## stop the local cluster and clean up (WIPE=1 deletes its state)
+cluster-down: ## stop the local cluster and clean up (MODE=multinode: the multi-node one; WIPE=1 deletes its state)
 	@e2e/cluster/down.sh
 
 e2e: deps images ## end-to-end suite: on $$KUBECONFIG's cluster if set, else on a local cluster it starts and stops
@@ -110,6 +111,9 @@ e2e-matrix: deps images ## the e2e suite on $(K8S_RELEASE_OLDEST) (seed's beta f
 
 e2e-podgroups: deps images ## TestPodGroups on a local $(K8S_RELEASE_NEWEST) cluster with PodGroups served (their gates and scheduling.k8s.io/v1beta1 on)
 	@e2e/run.sh podgroups
+
+e2e-multinode: deps images ## the multi-node suite on a local cluster of NODES (default 3) GPU nodes, each a set of namespaces of this machine (not in `test`)
+	@e2e/run.sh multinode
 
 e2e-upgrade: deps images ## the seed's story as an in-place upgrade $(K8S_RELEASE_OLDEST) -> $(K8S_RELEASE_UPGRADE_VIA) -> $(K8S_RELEASE_SEED) (own cluster; ~25 min cold)
 	@e2e/clusterupgrade.sh

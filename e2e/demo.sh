@@ -9,6 +9,7 @@ source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
 SEED=e2e/testdata/seed
+down_cmd="make cluster-down"
 NS=${DEMO_NAMESPACE:-default}
 DRA=$REPO/_output/bin/kubectl-dra
 summary=()
@@ -22,8 +23,17 @@ start_cluster() {
     if [ ! -x "$(k8s_bin_dir "$K8S_VERSION")/kube-apiserver" ]; then
       note "first run on this machine: Kubernetes v$K8S_VERSION is built from source once (about 15 minutes on 2 cores, then cached)"
     fi
-    MODE=full "$HERE/up.sh"
-    export KUBECONFIG=$KUBECONFIG_PATH
+    if [ -n "${NODES:-}" ]; then
+      # Several GPU nodes, as the seed's cluster has: each its own kubelet, containerd and plugin.
+      source "$HERE/multinode-lib.sh"
+      MODE=multinode "$HERE/up.sh"
+      export KUBECONFIG=$MN_KUBECONFIG
+      KUBECONFIG_PATH=$MN_KUBECONFIG
+      down_cmd="make cluster-down MODE=multinode"
+    else
+      MODE=full "$HERE/up.sh"
+      export KUBECONFIG=$KUBECONFIG_PATH
+    fi
   else
     step "using the cluster of KUBECONFIG=$KUBECONFIG"
     "$HERE/build-k8s.sh" "$K8S_VERSION" >/dev/null
@@ -31,7 +41,8 @@ start_cluster() {
   export PATH=$(k8s_bin_dir "$K8S_VERSION"):$(tools_bin_dir):$PATH
   version=$(kubectl api-versions | grep '^resource.k8s.io/' | sed 's#resource.k8s.io/##' | sort -r | head -1)
   node=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
-  add "cluster:   $(kubectl version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1), node $node, resource.k8s.io/$version"
+  nodes=$(kubectl get nodes --no-headers | wc -l)
+  add "cluster:   $(kubectl version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1), $([ "$nodes" = 1 ] && echo "node $node" || echo "$nodes nodes: $(kubectl get nodes -o jsonpath='{.items[*].metadata.name}')"), resource.k8s.io/$version"
 }
 
 # served FIELD: whether the API server keeps a ResourceSlice device field that a feature gate guards
@@ -66,13 +77,15 @@ install_chart() {
 
 # gpus: the node's devices from its ResourceSlices (name, model, memory, uuid, taints).
 gpus() {
-  kubectl get resourceslices --field-selector spec.driver=gpu.example.com -o go-template='{{range .items}}{{range .spec.devices}}{{.name}}{{"\t"}}{{.attributes.model.string}}{{"\t"}}{{.capacity.memory.value}}{{"\t"}}{{.attributes.uuid.string}}{{range .taints}}{{"\t"}}taint {{.key}}={{.value}}:{{.effect}}{{end}}{{"\n"}}{{end}}{{end}}' | column -t
+  kubectl get resourceslices --field-selector "spec.driver=gpu.example.com,spec.nodeName=$node" -o go-template='{{range .items}}{{range .spec.devices}}{{.name}}{{"\t"}}{{.attributes.model.string}}{{"\t"}}{{.capacity.memory.value}}{{"\t"}}{{.attributes.uuid.string}}{{range .taints}}{{"\t"}}taint {{.key}}={{.value}}:{{.effect}}{{end}}{{"\n"}}{{end}}{{end}}' | column -t
 }
 
 # annotated NAME KEY=VALUE...: a busybox pod with the given annotations that prints its GPUs and sleeps.
+# On several nodes the tour's pods stay on the first, so that what it shows of one node holds.
 annotated() {
-  local name=$1 a annotations=""; shift
+  local name=$1 a annotations="" pin=""; shift
   for a in "$@"; do annotations+="    ${a%%=*}: \"${a#*=}\""$'\n'; done
+  [ "$nodes" = 1 ] || pin="  nodeSelector: {kubernetes.io/hostname: $node}"
   kubectl -n "$NS" delete pod "$name" --ignore-not-found --wait >/dev/null
   kubectl -n "$NS" apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -82,6 +95,7 @@ metadata:
   annotations:
 $annotations
 spec:
+$pin
   restartPolicy: Never
   containers:
   - name: app
@@ -97,7 +111,9 @@ seed_example() {
   # Ready pods are not yet a serving webhook: Service rules and the caBundle follow within seconds.
   wait_for 60 "the webhook to answer the API server" kubectl -n "$NS" apply --dry-run=server -f "$tmpl"
   step "waiting for the node's ResourceSlice"
-  wait_for 120 "ResourceSlice of gpu.example.com" sh -c "kubectl get resourceslices --field-selector spec.driver=gpu.example.com -o name | grep -q ."
+  wait_for 120 "a ResourceSlice of gpu.example.com on each of the $nodes node(s)" sh -c "[ \$(kubectl get resourceslices --field-selector spec.driver=gpu.example.com -o name | wc -l) -ge $nodes ]"
+  add "kubectl get resourceslice:"
+  addcmd kubectl get resourceslice
   add "GPUs on node $node (from its ResourceSlice):"
   addcmd gpus
 
@@ -157,7 +173,7 @@ fault_to_taint() {
   fi
   wait_for 60 "the taint on gpu-7" sh -c "kubectl get resourceslices --field-selector spec.driver=gpu.example.com -o jsonpath='{.items[*].spec.devices[?(@.name==\"gpu-7\")].taints[*].key}' | grep -q unhealthy"
   add "fault on gpu-7 became a taint in its ResourceSlice:"
-  addcmd sh -c "$(declare -f gpus); gpus | grep '^gpu-7 '"
+  addcmd sh -c "node=$node; $(declare -f gpus); gpus | grep '^gpu-7 '"
 }
 
 status_and_why() {
@@ -243,5 +259,5 @@ echo "================ gpu-dra demo summary ================"
 printf '%s\n' "${summary[@]}"
 echo "======================================================"
 echo "The cluster keeps running:  export KUBECONFIG=$KUBECONFIG"
-[ -n "${KUBECONFIG_PATH:-}" ] && [ "$KUBECONFIG" = "$KUBECONFIG_PATH" ] && echo "Stop it with:               make cluster-down"
+[ -n "${KUBECONFIG_PATH:-}" ] && [ "$KUBECONFIG" = "$KUBECONFIG_PATH" ] && echo "Stop it with:               $down_cmd"
 true

@@ -6,7 +6,8 @@
 # started with PodGroups served. Their gates (beta in 1.37 but off by default) switch on the
 # scheduler's workload scheduling and the claim controller's PodGroup handling for every pod, so the
 # rest of the suite keeps the release's defaults and meets them only in TestPodGroups, which there
-# checks what a cluster without PodGroups says.
+# checks what a cluster without PodGroups says. `run.sh multinode` runs e2e/multinode on a
+# multi-node local cluster (NODES, default 3).
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
@@ -28,6 +29,22 @@ local_suite() {
   step "running the e2e suite on Kubernetes v$K8S_VERSION"
   run_suite
   "$HERE/down.sh"
+  trap - EXIT
+}
+
+# multinode_suite: e2e/multinode on a multi-node local cluster (NODES, default 3) started here.
+multinode_suite() {
+  source "$HERE/multinode-lib.sh"
+  if mn_running; then
+    die "a multi-node cluster is already running; the suite starts its own: 'make cluster-down MODE=multinode' first"
+  fi
+  trap '"$HERE/multinode-down.sh"' EXIT
+  "$HERE/multinode-up.sh"
+  export KUBECONFIG=$MN_KUBECONFIG GPU_DRA_MULTINODE=1 GPU_DRA_MN_STATE=$MN_STATE GPU_DRA_MN_RUN=$MN_RUN
+  export PATH=$MN_BIN:$(tools_bin_dir):$PATH
+  step "running the multi-node suite on Kubernetes v$K8S_VERSION, $NODES nodes"
+  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/multinode/ 2>&1 | tee "$REPO/_output/e2e-multinode-$K8S_VERSION.log"
+  "$HERE/multinode-down.sh"
   trap - EXIT
 }
 
@@ -53,6 +70,8 @@ if [ "${1:-}" = matrix ]; then
     local_suite
   done
   podgroups_phase
+elif [ "${1:-}" = multinode ]; then
+  multinode_suite
 elif [ "${1:-}" = podgroups ]; then
   podgroups_phase
 elif [ -n "${KUBECONFIG:-}" ]; then

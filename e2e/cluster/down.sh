@@ -3,6 +3,8 @@
 # kubelet mounts, kube-proxy rules, the CNI bridge. WIPE=1 also deletes state (etcd data, images).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+# The multi-node cluster has its own: it runs beside this one and each stops only its own.
+[ "${MODE:-}" = multinode ] && exec "$HERE/multinode-down.sh"
 
 # etcd is started by name from PATH: find it by its port and its executable, not its command line.
 sweep_etcd() {

@@ -3,13 +3,18 @@
 # module, plus the glue it lacks: containerd 2.x with CDI, CNI config, local images, PID bookkeeping.
 #   MODE=full (default): etcd, apiserver, controller-manager, scheduler, kubelet, kube-proxy, containerd
 #   MODE=controlplane:   etcd, apiserver, controller-manager, scheduler
+#   MODE=multinode:      NODES (default 3) worker nodes in namespaces of this machine (multinode-up.sh)
 #   K8S_VERSION=<a release of hack/buildenv/build.env> ...; RUNTIME_CONFIG=...; FEATURE_GATES=...
 #   PRESERVE_ETCD=1 keeps etcd data across down/up and restarts (in-place upgrades: upgrade.sh).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 MODE=${MODE:-full}
-case $MODE in full | controlplane) ;; *) die "MODE must be full or controlplane, not '$MODE'" ;; esac
+case $MODE in
+  full | controlplane) ;;
+  multinode) exec "$HERE/multinode-up.sh" ;;
+  *) die "MODE must be full, controlplane or multinode, not '$MODE'" ;;
+esac
 [ "$(id -u)" = 0 ] || die "the local cluster needs root (kubelet, containerd, iptables); run as root"
 
 if cluster_running; then
