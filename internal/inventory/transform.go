@@ -65,8 +65,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
 	out := make([]*Slice, len(published))
 	for i, s := range published {
-		w := &Slice{TypeMeta: s.TypeMeta, Spec: s.Spec, ObjectMeta: metav1.ObjectMeta{Name: s.Name, UID: s.UID,
-			ResourceVersion: s.ResourceVersion, Generation: s.Generation, Labels: s.Labels}}
+		w := &Slice{TypeMeta: s.TypeMeta, Meta: metaOf(&s.ObjectMeta), Labels: s.Labels, Spec: s.Spec}
 		for j := range s.Spec.Devices {
 			attrs := s.Spec.Devices[j].Attributes
 			kept := withoutCostlyQuantities(attrs)
