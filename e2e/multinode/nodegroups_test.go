@@ -34,7 +34,7 @@ const mixedFleetValues = `inventory:
 // partitioned GPUs, one node each, from one chart. Each node's plugin publishes its own group's
 // devices. Pods annotated gpu.example.com/memory land where the README says: a share of a
 // shared-memory GPU while one has room (two such pods share one GPU), and once that node has
-// none, a whole GPU elsewhere. A claim for two devices of the class gets partitions of the
+// none and the partitioned node is cordoned, a whole GPU of the exclusive node. A claim for two devices of the class gets partitions of the
 // partitioned node's GPU. Where the API server serves neither consumable capacity nor
 // partitionable devices (before 1.36), every node publishes whole GPUs and the annotated pods get
 // whole GPUs.
@@ -67,15 +67,18 @@ func TestMixedFleet(t *testing.T) {
 		t.Errorf("the two shares are on %v, want one GPU", devices)
 	}
 
-	// No room left on the shared node (cordoned: no new pod goes there): a whole GPU elsewhere.
-	c.Kubectl(t, "cordon", shared.Name)
-	t.Cleanup(func() { c.Kubectl(t, "uncordon", shared.Name) })
+	// No room left on the shared node (cordoned: no new pod goes there): an exclusive device with
+	// the memory elsewhere. A partition with enough memory is one too, so the partitioned node is
+	// cordoned as well, leaving the exclusive node's whole GPUs as the only fallback.
+	c.Kubectl(t, "cordon", shared.Name, partitioned.Name)
+	t.Cleanup(func() { c.Kubectl(t, "uncordon", shared.Name, partitioned.Name) })
 	apply(t, c, ns, annotatedPod("whole", share))
 	pod, claim, memory := gpuPod(t, c, ns, "whole")
-	if pod.Spec.NodeName == shared.Name || memory != "" || strings.Contains(claim.Devices[0], "partition") {
-		t.Errorf("with %s full: on %s with %v (memory %q), want a whole GPU of another node", shared.Name, pod.Spec.NodeName, claim.Devices, memory)
+	if pod.Spec.NodeName != nodes[0].Name || memory != "" || strings.Contains(claim.Devices[0], "partition") {
+		t.Errorf("with %s full and %s cordoned: on %s with %v (memory %q), want a whole GPU of %s",
+			shared.Name, partitioned.Name, pod.Spec.NodeName, claim.Devices, memory, nodes[0].Name)
 	}
-	c.Kubectl(t, "uncordon", shared.Name)
+	c.Kubectl(t, "uncordon", shared.Name, partitioned.Name)
 	partitions(t, c, partitioned)
 }
 
