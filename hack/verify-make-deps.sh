@@ -13,6 +13,7 @@ declare -A no_deps=(
   [help]="prints the Makefile"
   [clean]="removes _output"
   [envtest-assets]="builds kube-apiserver and etcd from Go modules"
+  [integration]="go test against the binaries envtest-assets and envtest-releases build from Go modules"
   [cluster-down]="stops what cluster-up started, which installed the packages"
 )
 
