@@ -112,11 +112,8 @@ e2e-matrix: deps images ## the e2e suite on $(K8S_RELEASE_OLDEST) (seed's beta f
 e2e-podgroups: deps images ## TestPodGroups on a local $(K8S_RELEASE_NEWEST) cluster with PodGroups served (their gates and scheduling.k8s.io/v1beta1 on)
 	@e2e/run.sh podgroups
 
-e2e-multinode: deps images ## the multi-node suite on a local cluster of NODES (default 3) GPU nodes, each a set of namespaces of this machine
+e2e-multinode: deps images ## the multi-node suite on a local cluster of NODES (default 3) GPU nodes, each a set of namespaces of this machine (not in `test` yet)
 	@e2e/run.sh multinode
-
-e2e-multinode-newest: deps images ## the multi-node suite on three nodes of the newest release ($(K8S_RELEASE_NEWEST)), as `test` runs it
-	@K8S_VERSION=$(NEWEST_K8S_VERSION) e2e/run.sh multinode
 
 e2e-upgrade: deps images ## the seed's story as an in-place upgrade $(K8S_RELEASE_OLDEST) -> $(K8S_RELEASE_UPGRADE_VIA) -> $(K8S_RELEASE_SEED) (own cluster; ~25 min cold)
 	@e2e/clusterupgrade.sh
@@ -129,7 +126,7 @@ demo: K8S_VERSION = $(NEWEST_K8S_VERSION)
 demo: deps images ## a local cluster on the newest release, the chart installed, the seed's example and the tour run and shown
 	@e2e/demo.sh
 
-test: deps lint integration fuzz e2e e2e-newest e2e-podgroups e2e-multinode-newest ## everything: lint, unit, integration, fuzz, e2e on $(K8S_RELEASE_SEED), (but chaos) on $(K8S_RELEASE_NEWEST), its PodGroup phase, and three nodes of it
+test: deps lint integration fuzz e2e e2e-newest e2e-podgroups ## everything: lint, unit, integration, fuzz, e2e on $(K8S_RELEASE_SEED), (but chaos) on $(K8S_RELEASE_NEWEST), and its PodGroup phase
 
 clean:
 	rm -rf _output
