@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
@@ -116,34 +117,14 @@ func claimListOf(body []byte) ([]byte, error) {
 	if !bytes.HasPrefix(body, protobufMagic) {
 		return nil, errNotProtobuf
 	}
-	var apiVersion, kind, encoding string
-	var raw []byte
-	err := eachField(body[len(protobufMagic):], func(num protowire.Number, v []byte) error {
-		switch num {
-		case 1: // typeMeta
-			return eachField(v, func(num protowire.Number, v []byte) error {
-				switch num {
-				case 1:
-					apiVersion = string(v)
-				case 2:
-					kind = string(v)
-				}
-				return nil
-			})
-		case 2:
-			raw = v
-		case 3:
-			encoding = string(v)
-		}
-		return nil
-	})
-	switch {
-	case err != nil:
+	var u runtime.Unknown
+	if err := u.Unmarshal(body[len(protobufMagic):]); err != nil {
 		return nil, fmt.Errorf("decode list of ResourceClaims: %w", err)
-	case apiVersion != resourceapi.SchemeGroupVersion.String() || kind != "ResourceClaimList" || encoding != "":
-		return nil, fmt.Errorf("%w: %s %s (encoding %q)", errNotProtobuf, apiVersion, kind, encoding)
 	}
-	return raw, nil
+	if u.APIVersion != resourceapi.SchemeGroupVersion.String() || u.Kind != "ResourceClaimList" || u.ContentEncoding != "" {
+		return nil, fmt.Errorf("%w: %s %s (encoding %q)", errNotProtobuf, u.APIVersion, u.Kind, u.ContentEncoding)
+	}
+	return u.Raw, nil
 }
 
 // listContinue reads the continue token of an encoded list and counts its items.
