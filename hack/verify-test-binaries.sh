@@ -9,7 +9,7 @@ wanted=$( { git grep -hoE 'ReleaseBinary\(t, [^,]+, "[a-z-]+"\)' -- '*.go' | sed
             git grep -qE '\.StartScheduler\(' -- '*_test.go' && echo kube-scheduler
             git grep -qE '\.StartControllerManager\(' -- '*_test.go' && echo kube-controller-manager
           } | sort -u)
-built=$(make -s -p -n lint 2>/dev/null | sed -n 's/^NEWEST_TEST_BINARIES := //p')
+built=$(sed -n 's/^NEWEST_TEST_BINARIES := //p' Makefile)
 [ -n "$built" ] || { echo "verify-test-binaries: NEWEST_TEST_BINARIES not found in the Makefile" >&2; exit 1; }
 fail=0
 for b in $wanted; do
