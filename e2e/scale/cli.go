@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -180,23 +179,9 @@ func childrenCPU() time.Duration {
 	self := strconv.Itoa(os.Getpid())
 	var ticks int64
 	for _, p := range procs {
-		data, err := os.ReadFile("/proc/" + p.Name() + "/stat")
-		if err != nil {
-			continue
+		if ppid, t, err := procStat(p.Name()); err == nil && ppid == self {
+			ticks += t
 		}
-		// Fields after the command name, which is in parentheses and may hold spaces: state,
-		// ppid, ... utime and stime are the 12th and 13th.
-		rest := string(data)
-		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-			rest = rest[i+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) < 13 || f[1] != self {
-			continue
-		}
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += utime + stime
 	}
 	return time.Duration(ticks) * time.Second / clockTicks
 }

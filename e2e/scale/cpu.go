@@ -47,27 +47,35 @@ func sampleCPU(pid int) (cpuSample, error) {
 		}
 	}
 	if pid > 0 {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
+		if _, s.process, err = procStat(strconv.Itoa(pid)); err != nil {
 			return s, err
 		}
-		// Fields after the command name, which is in parentheses and may hold spaces.
-		rest := string(data)
-		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-			rest = rest[i+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) < 13 {
-			return s, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-		}
-		utime, err1 := strconv.ParseInt(f[11], 10, 64)
-		stime, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err1 != nil || err2 != nil {
-			return s, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
-		}
-		s.process = utime + stime
 	}
 	return s, nil
+}
+
+// procStat reads /proc/PID/stat: the process's parent and its user+system clock ticks.
+func procStat(pid string) (ppid string, ticks int64, err error) {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces: state, ppid,
+	// ... utime and stime are the 12th and 13th.
+	rest := string(data)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return "", 0, fmt.Errorf("/proc/%s/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, fmt.Errorf("/proc/%s/stat: utime %q, stime %q", pid, f[11], f[12])
+	}
+	return f[1], utime + stime, nil
 }
 
 // stealPercent is the share of the machine's CPU time stolen between a and b.
