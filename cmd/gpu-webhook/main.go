@@ -48,7 +48,7 @@ func main() {
 		os.Exit(1)
 	}
 	logger.Info("Starting gpu-webhook", "driver", opts.DriverName, "port", opts.Port, "deny", opts.Deny)
-	if err := mgr.Start(ctx); err != nil {
+	if err := server.Run(ctx, mgr, opts); err != nil {
 		logger.Error(err, "Webhook server stopped")
 		os.Exit(1)
 	}

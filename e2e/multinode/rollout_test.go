@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,4 +145,52 @@ func (w *rolloutWatch) stop() (maxDoubled int, changed []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.maxDoubled, w.changed
+}
+
+// rolloutSettle is how long the webhook is asked on after the last old replica exited: a review
+// still routed to one would fail then.
+const rolloutSettle = 5 * time.Second
+
+// TestWebhookRollout restarts the webhook's Deployment (what `helm upgrade` does when the image or
+// the inventory changes; its replicas run on different nodes) while the webhook is asked five
+// times a second. Unlike a node lost, a planned rollout must lose no review: every ask is
+// answered by the webhook, none fails calling it or hangs. A replica keeps serving, not ready, for
+// webhook.shutdownDelaySeconds after SIGTERM, until the Service's endpoints and kube-proxy have
+// dropped it.
+func TestWebhookRollout(t *testing.T) {
+	c, nodes := setup(t, 2)
+	install(t, c, nodes)
+	ns := c.Namespace(t, "webhook-rollout")
+	deployment := "deployment/" + framework.Release + "-webhook"
+	old := webhookPods(t, c)
+
+	probe := askWebhook(t, c, ns, 200*time.Millisecond)
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	c.Kubectl(t, "-n", releaseNS, "rollout", "restart", deployment)
+	c.Kubectl(t, "-n", releaseNS, "rollout", "status", deployment, "--timeout=3m")
+	// `rollout status` returns once the new replicas are available; the old ones may still be
+	// draining, and that is where a review is lost.
+	framework.Eventually(t, 2*time.Minute, "the old webhook replicas to exit", func() (bool, error) {
+		for _, p := range webhookPods(t, c) {
+			if slices.Contains(old, p) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	rolled := time.Since(start)
+	time.Sleep(rolloutSettle)
+	failed, asked := probe.stop()
+	for _, err := range failed {
+		t.Error(err)
+	}
+	t.Logf("webhook rolled out in %s (until the old replicas exited); %d of %d asks not answered by the webhook",
+		rolled.Round(time.Second), len(failed), asked)
+}
+
+// webhookPods are the names of the webhook's pods, terminating ones included.
+func webhookPods(t *testing.T, c *framework.Cluster) []string {
+	t.Helper()
+	return strings.Fields(c.Kubectl(t, "-n", releaseNS, "get", "pods", "-l", webhookSelector, "-o", "jsonpath={.items[*].metadata.name}"))
 }

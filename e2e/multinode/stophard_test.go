@@ -2,11 +2,8 @@ package multinode
 
 import (
 	"context"
-	"errors"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,7 +60,7 @@ func TestNodeStoppedHard(t *testing.T) {
 	}
 
 	// The webhook, asked every second from now on.
-	probe := askWebhook(t, c, ns)
+	probe := askWebhook(t, c, ns, time.Second)
 	start := time.Now()
 	if out, err := framework.Run(t, time.Minute, "../cluster/multinode-stop-node.sh", victim.Name); err != nil {
 		t.Fatalf("stop %s: %v\n%s", victim.Name, err, out)
@@ -99,7 +96,7 @@ func TestNodeStoppedHard(t *testing.T) {
 	framework.Eventually(t, 3*time.Minute, "the webhook to answer ten times in a row", probe.answering)
 	failed, asked := probe.stop()
 	t.Logf("webhook: %d of %d answers failed after the node stopped; node NotReady after %s, claim released after %s",
-		failed, asked, notReady.Round(time.Second), released.Round(time.Second))
+		len(failed), asked, notReady.Round(time.Second), released.Round(time.Second))
 
 	checkKept(t, c, ns, nodes, others, before)
 }
@@ -117,73 +114,4 @@ func checkKept(t *testing.T, c *framework.Cluster, ns string, nodes []node, clai
 			t.Errorf("node %s: the running pod's claim has CDI spec %v, checkpoint entry %v", name, spec, entry)
 		}
 	}
-}
-
-// webhookProbe asks the webhook every second about the seed's template with a typo in its
-// selector, which only the webhook denies: an answer is its denial, anything else (admitted, or
-// the API server failing to call it) is not.
-type webhookProbe struct {
-	mu         sync.Mutex
-	answers    []error
-	quit, done chan struct{}
-}
-
-func askWebhook(t *testing.T, c *framework.Cluster, ns string) *webhookProbe {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(seedDir, "resourceclaimtemplate.v1.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	typo := strings.Replace(strings.Replace(string(raw), ".model ==", ".modle ==", 1), "name: example\n", "name: example-typo\n", 1)
-	w := &webhookProbe{quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			_, err := c.KubectlStdin([]byte(typo), "-n", ns, "apply", "--dry-run=server", "-f", "-", "--request-timeout=15s")
-			switch {
-			case err == nil:
-				err = errors.New("admitted the template with a typo")
-			case strings.Contains(err.Error(), "denied the request"):
-				err = nil
-			}
-			w.mu.Lock()
-			w.answers = append(w.answers, err)
-			w.mu.Unlock()
-			select {
-			case <-w.quit:
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}()
-	return w
-}
-
-// answering: the last ten answers were all admissions.
-func (w *webhookProbe) answering() (bool, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := len(w.answers)
-	if n < 10 {
-		return false, nil
-	}
-	for _, err := range w.answers[n-10:] {
-		if err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-func (w *webhookProbe) stop() (failed, asked int) {
-	close(w.quit)
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, err := range w.answers {
-		if err != nil {
-			failed++
-		}
-	}
-	return failed, len(w.answers)
 }

@@ -38,6 +38,8 @@ type Options struct {
 	Resync                 time.Duration
 	// Timeouts of the webhook server's connections.
 	Timeouts Timeouts
+	// ShutdownDelay is how long the webhook keeps serving, not ready, after SIGTERM (see Run).
+	ShutdownDelay time.Duration
 
 	// Deny lists the rules whose findings reject instead of warn.
 	Deny []claimvalidation.Rule
@@ -67,6 +69,7 @@ func NewOptions() *Options {
 		HealthProbeBindAddress:   ":8081",
 		MetricsBindAddress:       ":8080",
 		Timeouts:                 DefaultTimeouts(),
+		ShutdownDelay:            DefaultShutdownDelay,
 		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
 		Namespace:                cliflag.PodNamespace(),
 	}
@@ -84,6 +87,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the probe endpoints /healthz and /readyz (0 disables)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus endpoint /metrics (0 disables)")
 	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0 disables resyncs)")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, how long to report not ready and keep serving before shutting down, so that the Service's endpoints drop this replica first (the pod's terminationGracePeriodSeconds must exceed it)")
 	cliflag.List(fs, "excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(namespaces []string) error {
 		o.ExcludedNamespaces = namespaces
 		return nil
@@ -121,6 +125,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxTemplatesPerNamespace < 1 {
 		errs = append(errs, fmt.Errorf("--max-templates-per-namespace=%d: use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace))
+	}
+	if o.ShutdownDelay < 0 || o.ShutdownDelay > maxShutdownDelay {
+		errs = append(errs, fmt.Errorf("--shutdown-delay=%s: use 0s..%s, e.g. %s", o.ShutdownDelay, maxShutdownDelay, DefaultShutdownDelay))
 	}
 	if o.Port <= 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port=%d: not a port; use 1..65535, e.g. 9443", o.Port))

@@ -82,6 +82,7 @@ func TestValidate(t *testing.T) {
 	o.MaxTemplatesPerNamespace = 0
 	o.HealthProbeBindAddress = ""
 	o.MetricsBindAddress = ":http-metrics"
+	o.ShutdownDelay = -time.Second
 	o.DeviceClasses = []podinject.DeviceClass{{Name: "bad", ExtendedResourceName: "kubernetes.io/gpu"}, {ExtendedResourceName: "example.com/gpu"}}
 	err := o.Validate()
 	if err == nil {
@@ -89,7 +90,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, want := range []string{`--driver-name="GPU_Example"`, "--port=0", "--max-templates-per-namespace=0", `--health-probe-bind-address=""`,
 		`--metrics-bind-address=":http-metrics"`, "--device-classes: bad=kubernetes.io/gpu", "--device-classes: an entry has no class name",
-		"--namespace: required (default $POD_NAMESPACE)"} {
+		"--namespace: required (default $POD_NAMESPACE)", "--shutdown-delay=-1s: use 0s..5m0s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v\nwant it to name %s", err, want)
 		}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// TestShutdownDelay: after the signal the webhook reports not ready but keeps answering, on the
+// API server's kept-alive connection and on new ones, for the whole delay; then it stops taking
+// connections and still answers the request in flight before Run returns.
+func TestShutdownDelay(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, 1)
+	o := NewOptions()
+	o.CertDir = dir
+	o.Namespace = "default"
+	o.MetricsBindAddress = "0"
+	o.HealthProbeBindAddress = freeAddr(t)
+	o.ShutdownDelay = 2 * time.Second
+	addr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(addr)
+	o.Host = host
+	o.Port, _ = strconv.Atoi(port)
+	mgr, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	mgr.GetWebhookServer().Register("/ping", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	mgr.GetWebhookServer().Register("/slow", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(entered)
+		<-release
+		w.WriteHeader(http.StatusOK)
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, mgr, o) }()
+
+	// The API server's webhook client keeps its connection alive between reviews.
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the test does not authenticate the server
+	}, Timeout: 20 * time.Second}
+	ping := func(c *http.Client) error {
+		resp, err := c.Post("https://"+addr+"/ping", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	waitFor(t, "the webhook server", func() bool { return ping(client) == nil })
+	waitFor(t, "ready", func() bool { return readyz(o.HealthProbeBindAddress) == http.StatusOK })
+
+	cancel()
+	waitFor(t, "not ready after the signal", func() bool { return readyz(o.HealthProbeBindAddress) == http.StatusInternalServerError })
+	if err := ping(client); err != nil {
+		t.Errorf("during the delay, on the open connection: %v", err)
+	}
+	fresh := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // as above
+	if err := ping(fresh); err != nil {
+		t.Errorf("during the delay, on a new connection: %v", err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := client.Get("https://" + addr + "/slow")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = &statusError{resp.StatusCode}
+			}
+		}
+		slow <- err
+	}()
+	<-entered
+	waitFor(t, "the listener closed after the delay", func() bool {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) with a request in flight", err)
+	default:
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Errorf("request in flight at shutdown: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+type statusError struct{ code int }
+
+func (e *statusError) Error() string { return http.StatusText(e.code) }
+
+func readyz(addr string) int {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// TestAfterDelay: the returned context ends no sooner than the delay after its parent, keeps the
+// parent's values, and the callback runs when the parent ends.
+func TestAfterDelay(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	called := make(chan time.Time, 1)
+	serve := afterDelay(parent, 200*time.Millisecond, func() { called <- time.Now() })
+	if serve.Value(key{}) != "v" {
+		t.Error("values of the parent lost")
+	}
+	select {
+	case <-serve.Done():
+		t.Fatal("ended before its parent")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	<-serve.Done()
+	if since := time.Since(<-called); since < 200*time.Millisecond {
+		t.Errorf("ended %s after the signal, want at least the delay", since)
+	}
+}
