@@ -36,7 +36,7 @@ FUZZTIME ?= 10s
 # the multi-node suite e2e/multinode/.
 UNIT_PKGS = $$(go list ./... | grep -v -e '/e2e$$' -e '/e2e/clusterupgrade$$' -e '/e2e/multinode$$')
 
-.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-podgroups e2e-upgrade e2e-upgrade-newest e2e-multinode demo \
+.PHONY: all build deps unit integration fuzz bench scale lint test e2e e2e-newest e2e-matrix e2e-podgroups e2e-upgrade e2e-upgrade-newest e2e-multinode e2e-all demo \
 	cluster-up cluster-down images envtest-assets envtest-releases clean help
 
 all: build
@@ -112,7 +112,7 @@ e2e-matrix: deps images ## the e2e suite on $(K8S_RELEASE_OLDEST) (seed's beta f
 e2e-podgroups: deps images ## TestPodGroups on a local $(K8S_RELEASE_NEWEST) cluster with PodGroups served (their gates and scheduling.k8s.io/v1beta1 on)
 	@e2e/run.sh podgroups
 
-e2e-multinode: deps images ## the multi-node suite on a local cluster of NODES (default 3) GPU nodes, each a set of namespaces of this machine (not in `test` yet)
+e2e-multinode: deps images ## the multi-node suite on a local cluster of NODES (default 3) GPU nodes, each a set of namespaces of this machine
 	@e2e/run.sh multinode
 
 e2e-upgrade: deps images ## the seed's story as an in-place upgrade $(K8S_RELEASE_OLDEST) -> $(K8S_RELEASE_UPGRADE_VIA) -> $(K8S_RELEASE_SEED) (own cluster; ~25 min cold)
@@ -126,7 +126,10 @@ demo: K8S_VERSION = $(NEWEST_K8S_VERSION)
 demo: deps images ## a local cluster on the newest release, the chart installed, the seed's example and the tour run and shown
 	@e2e/demo.sh
 
-test: deps lint integration fuzz e2e e2e-newest e2e-podgroups ## everything: lint, unit, integration, fuzz, e2e on $(K8S_RELEASE_SEED), (but chaos) on $(K8S_RELEASE_NEWEST), and its PodGroup phase
+e2e-all: deps images ## make test's end-to-end part: e2e on $(K8S_RELEASE_SEED) with e2e-multinode on $(K8S_RELEASE_NEWEST) beside it, then e2e-newest and e2e-podgroups
+	@NEWEST_E2E_SKIP='$(NEWEST_E2E_SKIP)' e2e/run.sh all
+
+test: deps lint integration fuzz e2e-all ## everything: lint, unit, integration, fuzz, e2e on $(K8S_RELEASE_SEED) and (but chaos) on $(K8S_RELEASE_NEWEST), its PodGroup phase, the multi-node suite
 
 clean:
 	rm -rf _output

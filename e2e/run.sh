@@ -7,7 +7,7 @@
 # scheduler's workload scheduling and the claim controller's PodGroup handling for every pod, so the
 # rest of the suite keeps the release's defaults and meets them only in TestPodGroups, which there
 # checks what a cluster without PodGroups says. `run.sh multinode` runs e2e/multinode on a
-# multi-node local cluster (NODES, default 3).
+# multi-node local cluster (NODES, default 3). `run.sh all` is `make test`'s: see all_suites.
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
@@ -27,9 +27,11 @@ local_suite() {
   export GPU_DRA_K8S_BIN=$(k8s_bin_dir "$K8S_VERSION")
   export PATH=$GPU_DRA_K8S_BIN:$(tools_bin_dir):$PATH
   step "running the e2e suite on Kubernetes v$K8S_VERSION"
-  run_suite
+  local rc=0
+  run_suite || rc=$?
   "$HERE/down.sh"
   trap - EXIT
+  return $rc
 }
 
 # multinode_suite: e2e/multinode on a multi-node local cluster (NODES, default 3) started here.
@@ -43,9 +45,38 @@ multinode_suite() {
   export KUBECONFIG=$MN_KUBECONFIG GPU_DRA_MULTINODE=1 GPU_DRA_MN_STATE=$MN_STATE GPU_DRA_MN_RUN=$MN_RUN
   export PATH=$MN_BIN:$(tools_bin_dir):$PATH
   step "running the multi-node suite on Kubernetes v$K8S_VERSION, $NODES nodes"
-  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/multinode/ 2>&1 | tee "$REPO/_output/e2e-multinode-$K8S_VERSION.log"
+  local rc=0
+  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/multinode/ 2>&1 | tee "$REPO/_output/e2e-multinode-$K8S_VERSION.log" || rc=$?
   "$HERE/multinode-down.sh"
   trap - EXIT
+  return $rc
+}
+
+# all_suites is `make test`'s end-to-end part: the seed release's single-node suite with the
+# multi-node suite on the newest release beside it (the clusters share nothing, and both suites
+# mostly wait on pods, so the two cores have room), then the newest release's suite (NEWEST_E2E_SKIP
+# left out) and its PodGroup phase.
+all_suites() {
+  # What both clusters build, built first: two builds of one binary into one cache would collide.
+  local v
+  for v in "$K8S_RELEASE_SEED" "$K8S_RELEASE_NEWEST"; do
+    "$HERE/build-k8s.sh" "$v"
+    K8S_VERSION=$v "$HERE/build-tools.sh" etcd cfssl containerd crictl
+  done
+  local beside=$REPO/_output/e2e-multinode-beside.log rc=0
+  step "the multi-node suite on Kubernetes v$K8S_RELEASE_NEWEST starts beside the next one; its output follows that suite's (and is in $beside)"
+  (export K8S_VERSION=$K8S_RELEASE_NEWEST E2E_RUN= E2E_SKIP=; multinode_suite) >"$beside" 2>&1 &
+  local mn=$!
+  # A job of its own too: under `||` bash would ignore `set -e` inside it.
+  (export K8S_VERSION=$K8S_RELEASE_SEED; local_suite) &
+  local seed=$!
+  wait "$seed" || rc=1
+  wait "$mn" || rc=1
+  step "the multi-node suite, run beside the one above:"
+  cat "$beside"
+  [ $rc -eq 0 ] || return $rc
+  (export K8S_VERSION=$K8S_RELEASE_NEWEST E2E_SKIP=$NEWEST_E2E_SKIP; local_suite)
+  podgroups_phase
 }
 
 # podgroups_phase: TestPodGroups on the newest release with PodGroups (KEP-5729) served.
@@ -70,6 +101,8 @@ if [ "${1:-}" = matrix ]; then
     local_suite
   done
   podgroups_phase
+elif [ "${1:-}" = all ]; then
+  all_suites
 elif [ "${1:-}" = multinode ]; then
   multinode_suite
 elif [ "${1:-}" = podgroups ]; then

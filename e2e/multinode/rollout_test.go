@@ -152,7 +152,7 @@ func (w *rolloutWatch) stop() (maxDoubled int, changed []string) {
 const rolloutSettle = 5 * time.Second
 
 // TestWebhookRollout restarts the webhook's Deployment (what `helm upgrade` does when the image or
-// the inventory changes; its replicas run on different nodes) while the webhook is asked five
+// the inventory changes; its replicas run on different nodes) while the webhook is asked ten
 // times a second. Unlike a node lost, a planned rollout must lose no review: every ask is
 // answered by the webhook, none fails calling it or hangs. A replica keeps serving, not ready, for
 // webhook.shutdownDelaySeconds after SIGTERM, until the Service's endpoints and kube-proxy have
@@ -164,7 +164,7 @@ func TestWebhookRollout(t *testing.T) {
 	deployment := "deployment/" + framework.Release + "-webhook"
 	old := webhookPods(t, c)
 
-	probe := askWebhook(t, c, ns, 200*time.Millisecond)
+	probe := askWebhook(t, c, ns, 100*time.Millisecond)
 	time.Sleep(2 * time.Second)
 	start := time.Now()
 	c.Kubectl(t, "-n", releaseNS, "rollout", "restart", deployment)
