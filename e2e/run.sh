@@ -70,8 +70,11 @@ all_suites() {
   # A job of its own too: under `||` bash would ignore `set -e` inside it.
   (export K8S_VERSION=$K8S_RELEASE_SEED; local_suite) &
   local seed=$!
+  # Background jobs of a script ignore SIGINT: pass an interrupt on, so that each stops its cluster.
+  trap 'kill -TERM $mn $seed 2>/dev/null; wait; exit 130' INT TERM
   wait "$seed" || rc=1
   wait "$mn" || rc=1
+  trap - INT TERM
   step "the multi-node suite, run beside the one above:"
   cat "$beside"
   [ $rc -eq 0 ] || return $rc
