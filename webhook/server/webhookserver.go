@@ -65,7 +65,8 @@ func newWebhookServer(opts webhook.Options, timeouts Timeouts) *webhookServer {
 // Start serves until ctx ends, then shuts down gracefully as controller-runtime's does.
 func (s *webhookServer) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("webhook-server")
-	cfg := &tls.Config{NextProtos: []string{"h2"}}
+	// The protocols and versions are certs.TLSOpts' (NewManager passes them): HTTP/1.1 only.
+	cfg := &tls.Config{}
 	for _, op := range s.opts.TLSOpts {
 		op(cfg)
 	}
