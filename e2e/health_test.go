@@ -439,9 +439,7 @@ func TestDeviceTaintDemos(t *testing.T) {
 		if ruleVersion != "" && ruleVersion != "v1beta2" {
 			doc = strings.ReplaceAll(doc, "apiVersion: resource.k8s.io/v1beta2\nkind: DeviceTaintRule", "apiVersion: resource.k8s.io/"+ruleVersion+"\nkind: DeviceTaintRule")
 		}
-		if out, err := c.KubectlStdin([]byte(doc), "apply", "-f", "-"); err != nil {
-			t.Fatalf("apply %s/%s: %v\n%s", demo, file, err, out)
-		}
+		c.ApplyManifest(t, []byte(doc))
 	}
 	if ruleVersion == "" {
 		data, err := os.ReadFile(filepath.Join(dir, "device-taint-pod-noschedule", "3-device-taint-rule.yaml"))

@@ -122,9 +122,7 @@ func applyManifest(t *testing.T, c *framework.Cluster, data []byte, namespace st
 			_, _ = c.KubectlErr("delete", "namespace", namespace, "--wait=true", "--timeout=2m")
 		})
 	}
-	if out, err := c.KubectlStdin(data, "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
+	c.ApplyManifest(t, data)
 }
 
 // checkGroupsShare waits for two running pods per group (by label selector) and checks that a

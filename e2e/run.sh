@@ -17,6 +17,22 @@ run_suite() {
   go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION${E2E_PHASE:+-$E2E_PHASE}.log"
 }
 
+# failures LOG: each failed test of a `go test -v` log with its last lines from the test's own
+# files (errors, fatals and logs; not the framework's dumps), printed at the end of a run, where a
+# reader of only the output's tail finds why.
+failures() {
+  [ -f "$1" ] || return 0
+  step "failed in $1:"
+  awk '
+    /^=== (RUN|CONT|PAUSE)/ { t = $3 }
+    /^ +[A-Za-z0-9_]+_test\.go:[0-9]+: / { buf[t, n[t]++ % 8] = substr($0, 1, 400) }
+    /^ *--- FAIL: / {
+      print $0
+      k = n[$3] + 0
+      for (i = (k > 8 ? k - 8 : 0); i < k; i++) print buf[$3, i % 8]
+    }' "$1"
+}
+
 local_suite() {
   if cluster_running; then
     die "a local cluster is already running; the suite starts its own: 'make cluster-down' first (or set KUBECONFIG to use that one)"
@@ -31,6 +47,7 @@ local_suite() {
   run_suite || rc=$?
   "$HERE/down.sh"
   trap - EXIT
+  [ $rc -eq 0 ] || failures "$REPO/_output/e2e-$K8S_VERSION${E2E_PHASE:+-$E2E_PHASE}.log"
   return $rc
 }
 
@@ -49,6 +66,7 @@ multinode_suite() {
   go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/multinode/ 2>&1 | tee "$REPO/_output/e2e-multinode-$K8S_VERSION.log" || rc=$?
   "$HERE/multinode-down.sh"
   trap - EXIT
+  [ $rc -eq 0 ] || failures "$REPO/_output/e2e-multinode-$K8S_VERSION.log"
   return $rc
 }
 
@@ -77,7 +95,8 @@ all_suites() {
   trap - INT TERM
   step "the multi-node suite, run beside the one above:"
   cat "$beside"
-  [ $rc -eq 0 ] || return $rc
+  # The seed suite's own summary scrolled away under the multi-node output.
+  [ $rc -eq 0 ] || { failures "$REPO/_output/e2e-$K8S_RELEASE_SEED.log"; return $rc; }
   (export K8S_VERSION=$K8S_RELEASE_NEWEST E2E_SKIP=$NEWEST_E2E_SKIP; local_suite)
   podgroups_phase
 }

@@ -188,9 +188,7 @@ func applyUpstream(t *testing.T, c *framework.Cluster, name, version, namespace 
 		}
 		_, _ = c.KubectlErr("delete", "namespace", namespace, "--wait=true", "--timeout=2m")
 	})
-	if out, err := c.KubectlStdin(data, append([]string{"apply", "-f", "-"}, olderFieldsDropped(version)...)...); err != nil {
-		t.Fatalf("apply %s: %v\n%s", name, err, out)
-	}
+	c.ApplyManifest(t, data, olderFieldsDropped(version)...)
 }
 
 // exportedEnv reads the variables a shell's `export` listed: bash's `declare -x K="v"` or busybox

@@ -11,11 +11,11 @@ kill_all() { local s=$1; shift; [ $# -eq 0 ] || kill -"$s" "$@" 2>/dev/null; }
 # ours: every process of this cluster: in its network namespaces or cgroups.
 ours() {
   local ns
-  for ns in $(ip netns list | awk '/^gdra-mn-/{print $1}'); do mn_pids_in_netns "$ns"; done
+  for ns in $(mn_netns); do mn_pids_in_netns "$ns"; done
   mn_cgroup_pids
 }
 
-if [ ! -d "$MN_RUN" ] && [ ! -d "/sys/fs/cgroup/memory/$MN_CGROUP" ] && ! ip netns list | grep -q '^gdra-mn-'; then
+if [ ! -d "$MN_RUN" ] && [ ! -d "/sys/fs/cgroup/memory/$MN_CGROUP" ] && [ -z "$(mn_netns)" ]; then
   step "no multi-node cluster state in $MN_RUN; nothing to stop"
   [ "${WIPE:-0}" = 1 ] && rm -rf "$MN_STATE"
   exit 0
@@ -46,7 +46,7 @@ for f in "$MN_RUN"/ns/*.mnt; do
   rm -f "$f"
 done
 mountpoint -q "$MN_RUN/ns" && umount "$MN_RUN/ns"
-for ns in $(ip netns list | awk '/^gdra-mn-/{print $1}'); do ip netns del "$ns" 2>/dev/null; done
+for ns in $(mn_netns); do ip netns del "$ns" 2>/dev/null; done
 ip link del "$MN_HOST_VETH" 2>/dev/null
 for h in /sys/fs/cgroup/*/"$MN_CGROUP"; do
   [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} + 2>/dev/null
@@ -57,7 +57,7 @@ rm -rf "$MN_RUN" "$MN_STATE/nodes"/*/{containerd,containerd-default,kubelet} 2>/
 [ "${WIPE:-0}" = 1 ] && rm -rf "$MN_STATE"
 
 problems=$(
-  ip netns list | grep '^gdra-mn-'
+  mn_netns
   ip link show "$MN_HOST_VETH" 2>/dev/null
   ls -d /sys/fs/cgroup/*/"$MN_CGROUP" 2>/dev/null
   grep -F " $MN_RUN" /proc/mounts

@@ -72,6 +72,10 @@ mn_copy_bin() {
   ln "$src" "$dst" 2>/dev/null || cp "$src" "$dst"
 }
 
+# mn_netns: this cluster's network namespaces. `ip netns list` complains on stderr, once per
+# call and entry, about namespaces of other runtimes whose peer is gone: not ours, not news.
+mn_netns() { ip netns list 2>/dev/null | awk '/^gdra-mn-/{print $1}'; }
+
 # mn_pids_in_netns NAME: processes whose network namespace is NAME.
 mn_pids_in_netns() { [ -e "/run/netns/$1" ] && ip netns pids "$1" 2>/dev/null || true; }
 

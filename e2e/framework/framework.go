@@ -100,6 +100,26 @@ func (c *Cluster) KubectlStdin(stdin []byte, args ...string) (string, error) {
 	return stdout, err
 }
 
+// ApplyManifest applies a manifest that creates its own namespace as well as pods in it (the
+// upstream demos). Until the service account controller has made the namespace's default service
+// account, the API server refuses the pods; on a loaded machine that takes seconds, so the apply
+// is repeated (it is idempotent) for up to a minute while that is the only reason it fails.
+func (c *Cluster) ApplyManifest(t *testing.T, manifest []byte, args ...string) string {
+	t.Helper()
+	args = append([]string{"apply", "-f", "-"}, args...)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := c.KubectlStdin(manifest, args...)
+		if err == nil {
+			return out
+		}
+		if !strings.Contains(err.Error(), `serviceaccount "default" not found`) || time.Now().After(deadline) {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // KubectlWarnings runs kubectl, fails the test on error and returns stdout and stderr, where
 // kubectl prints the warnings admission webhooks return.
 func (c *Cluster) KubectlWarnings(t *testing.T, stdin []byte, args ...string) (stdout, stderr string) {

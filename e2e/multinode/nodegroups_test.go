@@ -149,10 +149,10 @@ func partitions(t *testing.T, c *framework.Cluster, partitioned node) {
 	}
 	manifest := strings.Replace(string(raw), "\nspec:\n  restartPolicy: Never\n",
 		"\nspec:\n  nodeSelector: {kubernetes.io/hostname: "+partitioned.Name+"}\n  restartPolicy: Never\n", 1)
-	if _, err := c.KubectlStdin([]byte(manifest), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = c.KubectlErr("delete", "namespace", "partitionable-devices", "--wait=false") })
+	// Registered first, so that it runs even when the apply fails half-way; it waits, so that the
+	// next run does not find the namespace still terminating.
+	t.Cleanup(func() { _, _ = c.KubectlErr("delete", "namespace", "partitionable-devices", "--timeout=2m") })
+	c.ApplyManifest(t, []byte(manifest))
 	_, claim := running(t, c, "partitionable-devices", "pod0")
 	t.Logf("pod0 on %s: %v", partitioned.Name, claim.Devices)
 	if len(claim.Devices) != 2 || !strings.Contains(claim.Devices[0], "partition") || !strings.Contains(claim.Devices[1], "partition") {
