@@ -43,9 +43,13 @@ func TestMixedFleet(t *testing.T) {
 	install(t, c, nodes)
 	// nodes[0] keeps the defaults: exclusive GPUs.
 	shared, partitioned := nodes[1], nodes[2]
-	served := fleet(t, c, nodes, shared, partitioned)
 	ns := c.Namespace(t, "fleet")
 	share := map[string]string{"gpu.example.com/count": "1", "gpu.example.com/memory": "10Gi"}
+	whole := injected(t, c, ns, annotatedPod("probe", share))
+	served := fleet(t, c, nodes, shared, partitioned)
+	if served {
+		webhookSeesShares(t, c, ns, annotatedPod("probe", share), whole)
+	}
 	for _, name := range []string{"share-a", "share-b"} {
 		apply(t, c, ns, annotatedPod(name, share))
 	}
@@ -118,6 +122,38 @@ func fleet(t *testing.T, c *framework.Cluster, nodes []node, shared, partitioned
 		return true, nil
 	})
 	return served
+}
+
+// injected is the template the webhook gives the annotated pod of manifest (a server-side dry
+// run: the webhook creates nothing then).
+func injected(t *testing.T, c *framework.Cluster, ns, manifest string) string {
+	t.Helper()
+	out, err := c.KubectlStdin([]byte(manifest), "-n", ns, "create", "--dry-run=server", "-f", "-",
+		"-o", "jsonpath={.spec.resourceClaims[*].resourceClaimTemplateName}")
+	if err != nil {
+		t.Fatalf("dry-run of an annotated pod: %v", err)
+	}
+	return out
+}
+
+// webhookSeesShares waits until the webhook gives the annotated pod of manifest a template other
+// than the one it gave while every GPU was whole: its replicas learn the new slices from their
+// informers, a moment after the API server has them, and a review answered before would ask for a
+// whole GPU. Ten answers in a row, so that each replica has most likely given one.
+func webhookSeesShares(t *testing.T, c *framework.Cluster, ns, manifest, whole string) {
+	t.Helper()
+	start := time.Now()
+	defer func() {
+		t.Logf("the webhook asked for shares %s after the slices had their shapes", time.Since(start).Round(time.Millisecond))
+	}()
+	framework.Eventually(t, time.Minute, "ten answers in a row of the webhook asking for a share", func() (bool, error) {
+		for i := range 10 {
+			if got := injected(t, c, ns, manifest); got == whole {
+				return false, fmt.Errorf("answer %d: the webhook gave %s, the template of a whole GPU", i+1, got)
+			}
+		}
+		return true, nil
+	})
 }
 
 // gpuPod waits for the pod to run with one device and returns it, its claim and the memory share
