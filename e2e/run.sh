@@ -13,8 +13,12 @@ source "$(dirname "$0")/cluster/lib.sh"
 REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
 
+# suite_log: where the single-node suite of K8S_VERSION (and E2E_PHASE) keeps its output.
+suite_log() { echo "$REPO/_output/e2e-$K8S_VERSION${E2E_PHASE:+-$E2E_PHASE}.log"; }
+
+# run_suite PKG LOG: the suite of PKG (E2E_RUN, E2E_SKIP), its output also kept in LOG.
 run_suite() {
-  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/ 2>&1 | tee "$REPO/_output/e2e-$K8S_VERSION${E2E_PHASE:+-$E2E_PHASE}.log"
+  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" "$1" 2>&1 | tee "$2"
 }
 
 # failures LOG: each failed test of a `go test -v` log with its last lines from the test's own
@@ -43,11 +47,12 @@ local_suite() {
   export GPU_DRA_K8S_BIN=$(k8s_bin_dir "$K8S_VERSION")
   export PATH=$GPU_DRA_K8S_BIN:$(tools_bin_dir):$PATH
   step "running the e2e suite on Kubernetes v$K8S_VERSION"
-  local rc=0
-  run_suite || rc=$?
+  local rc=0 log
+  log=$(suite_log)
+  run_suite ./e2e/ "$log" || rc=$?
   "$HERE/down.sh"
   trap - EXIT
-  [ $rc -eq 0 ] || failures "$REPO/_output/e2e-$K8S_VERSION${E2E_PHASE:+-$E2E_PHASE}.log"
+  [ $rc -eq 0 ] || failures "$log"
   return $rc
 }
 
@@ -62,11 +67,11 @@ multinode_suite() {
   export KUBECONFIG=$MN_KUBECONFIG GPU_DRA_MULTINODE=1 GPU_DRA_MN_STATE=$MN_STATE GPU_DRA_MN_RUN=$MN_RUN
   export PATH=$MN_BIN:$(tools_bin_dir):$PATH
   step "running the multi-node suite on Kubernetes v$K8S_VERSION, $NODES nodes"
-  local rc=0
-  go test -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" -skip "${E2E_SKIP:-}" ./e2e/multinode/ 2>&1 | tee "$REPO/_output/e2e-multinode-$K8S_VERSION.log" || rc=$?
+  local rc=0 log=$REPO/_output/e2e-multinode-$K8S_VERSION.log
+  run_suite ./e2e/multinode/ "$log" || rc=$?
   "$HERE/multinode-down.sh"
   trap - EXIT
-  [ $rc -eq 0 ] || failures "$REPO/_output/e2e-multinode-$K8S_VERSION.log"
+  [ $rc -eq 0 ] || failures "$log"
   return $rc
 }
 
@@ -132,7 +137,7 @@ elif [ "${1:-}" = podgroups ]; then
 elif [ -n "${KUBECONFIG:-}" ]; then
   step "running the e2e suite on the cluster of KUBECONFIG=$KUBECONFIG"
   export PATH=$(k8s_bin_dir "$K8S_VERSION"):$(tools_bin_dir):$PATH
-  run_suite
+  run_suite ./e2e/ "$(suite_log)"
 else
   local_suite
 fi
