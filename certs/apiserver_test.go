@@ -265,8 +265,13 @@ func testTwoReplicas(t *testing.T, srv *testapiserver.Server) {
 		go func() {
 			defer wg.Done()
 			// Both replicas start at once, like a fresh Deployment.
-			if err := certs.Setup(ctx, mgr, opts, r.dir); err != nil {
+			syncer, err := certs.Setup(ctx, srv.Config, opts, r.dir)
+			if err != nil {
 				errs <- fmt.Errorf("Setup: %w", err)
+				return
+			}
+			if err := mgr.Add(syncer); err != nil {
+				errs <- fmt.Errorf("add the syncer: %w", err)
 				return
 			}
 			go func() {

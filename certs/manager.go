@@ -12,8 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gpu-dra/gpu-dra/internal/cliflag"
 )
@@ -97,7 +97,6 @@ type Syncer struct {
 	Interval time.Duration
 }
 
-var _ manager.LeaderElectionRunnable = &Syncer{}
 
 // NewSyncer builds the self-mode Syncer for certDir from validated options.
 func NewSyncer(client kubernetes.Interface, o *Options, certDir string) *Syncer {
@@ -159,34 +158,35 @@ func (s *Syncer) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection is false: every replica must keep its own cert dir current.
+// NeedLeaderElection is false, for a controller-runtime manager that runs the Syncer: every
+// replica must keep its own cert dir current.
 func (s *Syncer) NeedLeaderElection() bool { return false }
 
 // Setup prepares the serving certificate before the webhook server starts (controller-runtime's
-// server refuses to start without tls.crt/tls.key in certDir) and, in self mode, adds the Syncer
-// to mgr. Call it after building mgr and before mgr.Start; it blocks until the first sync
-// succeeds or ctx ends.
-func Setup(ctx context.Context, mgr manager.Manager, o *Options, certDir string) error {
+// server refuses to start without tls.crt/tls.key in certDir). In self mode it returns the Syncer
+// that keeps the certificate current, for the caller to run beside the server; in file mode nil.
+// It blocks until the first sync succeeds or ctx ends.
+func Setup(ctx context.Context, cfg *rest.Config, o *Options, certDir string) (*Syncer, error) {
 	if err := o.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	if o.Mode == ModeFile {
 		for _, f := range []string{TLSCertKey, TLSKeyKey} {
 			if _, err := os.Stat(filepath.Join(certDir, f)); err != nil {
-				return fmt.Errorf("--cert-mode=file: %w; mount the serving Secret at --cert-dir or use --cert-mode=self", err)
+				return nil, fmt.Errorf("--cert-mode=file: %w; mount the serving Secret at --cert-dir or use --cert-mode=self", err)
 			}
 		}
-		return nil
+		return nil, nil
 	}
-	client, err := kubernetes.NewForConfig(mgr.GetConfig())
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("certs client: %w", err)
+		return nil, fmt.Errorf("certs client: %w", err)
 	}
 	s := NewSyncer(client, o, certDir)
 	if err := s.SyncUntilReady(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	return mgr.Add(s)
+	return s, nil
 }
 
 // SyncUntilReady retries Sync until it succeeds once or ctx ends.

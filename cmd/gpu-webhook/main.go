@@ -7,7 +7,9 @@ import (
 	"os"
 
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/webhook/server"
@@ -25,30 +27,34 @@ func main() {
 		os.Exit(2)
 	}
 	logger := klog.Background()
-	ctrl.SetLogger(logger)
-	ctx := klog.NewContext(ctrl.SetupSignalHandler(), logger)
+	log.SetLogger(logger)
+	ctx := klog.NewContext(signals.SetupSignalHandler(), logger)
 
-	cfg, err := ctrl.GetConfig()
+	cfg, err := config.GetConfig()
 	if err != nil {
 		logger.Error(err, "Loading kubeconfig failed")
 		os.Exit(1)
 	}
-	mgr, err := server.NewManager(cfg, opts)
+	runner, err := server.NewRunner(cfg, opts)
 	if err != nil {
-		logger.Error(err, "Creating manager failed")
+		logger.Error(err, "Creating the webhook failed")
 		os.Exit(1)
 	}
 	// The webhook server cannot start before its certificate is on disk.
-	if err := certs.Setup(ctx, mgr, certOpts, opts.CertDir); err != nil {
+	syncer, err := certs.Setup(ctx, cfg, certOpts, opts.CertDir)
+	if err != nil {
 		logger.Error(err, "Preparing serving certificates failed")
 		os.Exit(1)
 	}
-	if err := server.Setup(mgr, opts); err != nil {
+	if syncer != nil {
+		runner.Add(syncer)
+	}
+	if err := server.Setup(runner, opts); err != nil {
 		logger.Error(err, "Setting up webhooks failed")
 		os.Exit(1)
 	}
 	logger.Info("Starting gpu-webhook", "driver", opts.DriverName, "port", opts.Port, "deny", opts.Deny)
-	if err := server.Run(ctx, mgr, opts); err != nil {
+	if err := server.Run(ctx, runner, opts); err != nil {
 		logger.Error(err, "Webhook server stopped")
 		os.Exit(1)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
 // DefaultShutdownDelay is the chart's: kube-proxy applies an endpoint change within about a second
@@ -20,17 +19,17 @@ const DefaultShutdownDelay = 10 * time.Second
 // maxShutdownDelay: a replica that waits longer only holds a rollout up.
 const maxShutdownDelay = 5 * time.Minute
 
-// Run starts mgr and serves until ctx ends. Then it reports not ready and keeps serving, informers
-// and all, for o.ShutdownDelay before the manager stops. A terminating replica leaves the
+// Run starts r and serves until ctx ends. Then it reports not ready and keeps serving, informers
+// and all, for o.ShutdownDelay before r stops. A terminating replica leaves the
 // Service's endpoints only once the EndpointSlice controller and then kube-proxy on the API
 // server's node have caught up; until then the API server still dials this pod's address. A
 // server that closed its listener at the signal refused those calls, and once the pod's network
 // was gone they hung until the webhook's timeout: a planned rollout failed pod creations. After the
 // delay the server shuts down gracefully: requests in flight are answered and kept-alive
 // connections closed, so the API server's next connection goes to a replica that stays.
-func Run(ctx context.Context, mgr manager.Manager, o *Options) error {
+func Run(ctx context.Context, r *Runner, o *Options) error {
 	var draining atomic.Bool
-	if err := mgr.AddReadyzCheck("shutdown", func(*http.Request) error {
+	if err := r.AddReadyzCheck("shutdown", func(*http.Request) error {
 		if draining.Load() {
 			return errors.New("shutting down: serving until the endpoints drop this replica")
 		}
@@ -42,7 +41,7 @@ func Run(ctx context.Context, mgr manager.Manager, o *Options) error {
 		draining.Store(true)
 		klog.FromContext(ctx).Info("Shutdown requested: not ready, still serving", "shutdownDelay", o.ShutdownDelay)
 	})
-	return mgr.Start(serve)
+	return r.Start(serve)
 }
 
 // afterDelay returns a context that ends delay after ctx does, keeping ctx's values; onDone runs

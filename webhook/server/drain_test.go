@@ -30,13 +30,13 @@ func TestShutdownDelay(t *testing.T) {
 	host, port, _ := net.SplitHostPort(addr)
 	o.Host = host
 	o.Port, _ = strconv.Atoi(port)
-	mgr, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, o)
+	runner, err := NewRunner(&rest.Config{Host: "https://127.0.0.1:1"}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
-	mgr.GetWebhookServer().Register("/ping", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
-	mgr.GetWebhookServer().Register("/slow", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	runner.GetWebhookServer().Register("/ping", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	runner.GetWebhookServer().Register("/slow", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		close(entered)
 		<-release
 		w.WriteHeader(http.StatusOK)
@@ -44,7 +44,7 @@ func TestShutdownDelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, mgr, o) }()
+	go func() { done <- Run(ctx, runner, o) }()
 
 	// The API server's webhook client keeps its connection alive between reviews.
 	client := &http.Client{Transport: &http.Transport{

@@ -213,7 +213,7 @@ func convert(t *testing.T, raw []byte, version string) runtime.Object {
 	return out
 }
 
-// startWebhook runs the webhook binary's manager (NewManager, Setup) on the address srv's webhook
+// startWebhook runs the webhook binary's runner (NewRunner, Setup) on the address srv's webhook
 // configurations call, until ctx ends or the test does; edit sets the options a test needs. Ports
 // are found free and bound later: envtest's serving port and the probe's were once the same port
 // the kernel handed out twice (CI), so the probe's must differ from it, and a start that finds a
@@ -246,17 +246,17 @@ func tryStartWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Serve
 	opts.CertDir, opts.Host, opts.Port = wio.LocalServingCertDir, wio.LocalServingHost, wio.LocalServingPort
 	opts.HealthProbeBindAddress, opts.MetricsBindAddress = probe, "0"
 	edit(opts)
-	mgr, err := NewManager(srv.Config, opts)
+	runner, err := NewRunner(srv.Config, opts)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	if err := Setup(mgr, opts); err != nil {
+	if err := Setup(runner, opts); err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	go func() { done <- runner.Start(ctx) }()
 	if err := waitReady("http://"+probe+"/readyz", done); err != nil {
 		cancel()
 		return err
@@ -264,13 +264,13 @@ func tryStartWebhook(ctx context.Context, t *testing.T, srv *testapiserver.Serve
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
+			t.Errorf("runner: %v", err)
 		}
 	})
 	return nil
 }
 
-// waitReady polls url until it answers 200, the manager ends (its error returned) or a minute
+// waitReady polls url until it answers 200, the runner ends (its error returned) or a minute
 // passes.
 func waitReady(url string, done <-chan error) error {
 	deadline := time.Now().Add(60 * time.Second)
@@ -278,7 +278,7 @@ func waitReady(url string, done <-chan error) error {
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-done:
-			return fmt.Errorf("manager ended before the webhook was ready: %w", err)
+			return fmt.Errorf("runner ended before the webhook was ready: %w", err)
 		default:
 		}
 		resp, err := http.Get(url)

@@ -13,16 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/gpu-dra/gpu-dra/certs"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
@@ -33,34 +28,7 @@ import (
 	"github.com/gpu-dra/gpu-dra/webhook/podinject"
 )
 
-// NewManager creates the manager with the webhook server, probes and metrics configured from o.
-// The webhook server watches CertDir and serves renewed certificates without a restart, and bounds
-// every connection by o.Timeouts.
-func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	// No scheme of its own: nothing here reads objects through the manager's client or cache,
-	// and client-go's (every built-in group, registered when the package loads) is the default.
-	mgr, err := manager.New(cfg, manager.Options{
-		HealthProbeBindAddress: o.HealthProbeBindAddress,
-		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		WebhookServer: newWebhookServer(webhook.Options{
-			Host:     o.Host,
-			Port:     o.Port,
-			CertDir:  o.CertDir,
-			CertName: o.CertName,
-			KeyName:  o.KeyName,
-			TLSOpts:  certs.TLSOpts(),
-		}, o.Timeouts),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create manager: %w", err)
-	}
-	return mgr, nil
-}
-
-// Setup registers the claim validation and the pod injection on mgr, plus the informers that
+// Setup registers the claim validation and the pod injection on r, plus the informers that
 // feed the validator's view of the published devices and the probes that report them.
 //
 // RBAC the service account needs:
@@ -71,12 +39,12 @@ func NewManager(cfg *rest.Config, o *Options) (manager.Manager, error) {
 //     of what the API server serves in o.Namespace)
 //   - "" namespaces: get (the admin-access label)
 //   - resource.k8s.io resourceclaims: list, watch (their allocations: what is free now)
-func Setup(mgr manager.Manager, o *Options) error {
+func Setup(r *Runner, o *Options) error {
 	groups, err := nodegroups.LoadConfig(o.NodeGroupsFile)
 	if err != nil {
 		return fmt.Errorf("--node-groups: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	cs, err := kubernetes.NewForConfig(r.GetConfig())
 	if err != nil {
 		return fmt.Errorf("create clientset: %w", err)
 	}
@@ -84,33 +52,29 @@ func Setup(mgr manager.Manager, o *Options) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	r.Add(RunnableFunc(func(ctx context.Context) error {
 		h.run(ctx)
 		return nil
-	})); err != nil {
-		return fmt.Errorf("add informers: %w", err)
-	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	}))
+	r.Add(RunnableFunc(func(ctx context.Context) error {
 		h.templates.Run(ctx)
 		return nil
-	})); err != nil {
-		return fmt.Errorf("add managed template informer: %w", err)
-	}
+	}))
 	if err := registerFleet(h.fleet); err != nil {
 		return err
 	}
-	srv := mgr.GetWebhookServer()
+	srv := r.GetWebhookServer()
 	for path, handler := range h.routes() {
 		srv.Register(path, handler)
 	}
 
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+	if err := r.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add healthz: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+	if err := r.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return fmt.Errorf("add readyz: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("inventory", func(*http.Request) error {
+	if err := r.AddReadyzCheck("inventory", func(*http.Request) error {
 		if !h.informers.HasSynced() {
 			return errors.New("ResourceSlice, DeviceClass and Node caches not synced yet")
 		}
@@ -127,7 +91,7 @@ func Setup(mgr manager.Manager, o *Options) error {
 	return nil
 }
 
-// registerFleet serves c's gauges on the manager's metrics endpoint (controller-runtime's
+// registerFleet serves c's gauges on the metrics endpoint (controller-runtime's
 // registry), in place of those of an earlier Setup in the same process.
 func registerFleet(c *fleetmetrics.Collector) error {
 	err := metrics.Registry.Register(c)

@@ -148,7 +148,7 @@ func servedSerial(addr string, cfg *tls.Config) (int64, error) {
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }
 
-// startWebhookServer starts a manager whose webhook server, configured by o (certificate in
+// startWebhookServer starts a runner whose webhook server, configured by o (certificate in
 // o.CertDir), serves only handler at /ping, and returns the server's address once it handshakes.
 func startWebhookServer(t *testing.T, o *Options, handler http.Handler) string {
 	t.Helper()
@@ -161,15 +161,15 @@ func startWebhookServer(t *testing.T, o *Options, handler http.Handler) string {
 	o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0"
 	o.Namespace = "default"
 	// No API server is needed: nothing here reads from it.
-	mgr, err := NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, o)
+	runner, err := NewRunner(&rest.Config{Host: "https://127.0.0.1:1"}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Setup would also start informers; the server only needs a handler to serve.
-	mgr.GetWebhookServer().Register("/ping", handler)
+	runner.GetWebhookServer().Register("/ping", handler)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	go func() { done <- runner.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -178,7 +178,7 @@ func startWebhookServer(t *testing.T, o *Options, handler http.Handler) string {
 	waitFor(t, "the webhook server", func() bool {
 		select {
 		case err := <-done:
-			t.Fatalf("manager stopped: %v", err)
+			t.Fatalf("runner stopped: %v", err)
 		default:
 		}
 		_, err := servedSerial(addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only whether it answers

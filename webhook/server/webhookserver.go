@@ -65,7 +65,7 @@ func newWebhookServer(opts webhook.Options, timeouts Timeouts) *webhookServer {
 // Start serves until ctx ends, then shuts down gracefully as controller-runtime's does.
 func (s *webhookServer) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("webhook-server")
-	// The protocols and versions are certs.TLSOpts' (NewManager passes them): HTTP/1.1 only.
+	// The protocols and versions are certs.TLSOpts' (NewRunner passes them): HTTP/1.1 only.
 	cfg := &tls.Config{}
 	for _, op := range s.opts.TLSOpts {
 		op(cfg)
@@ -94,23 +94,9 @@ func (s *webhookServer) Start(ctx context.Context) error {
 		IdleTimeout:       s.timeouts.Idle,
 		MaxHeaderBytes:    s.timeouts.MaxHeaderBytes,
 	}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			logger.Error(err, "Shutting down the webhook server")
-		}
-	}()
 	logger.Info("Serving webhooks", "address", s.addr(), "timeouts", s.timeouts)
 	s.started.Store(true)
-	if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	<-stopped
-	return nil
+	return serveUntilDone(ctx, srv, listener, "webhook server")
 }
 
 func (s *webhookServer) addr() string {
