@@ -97,7 +97,6 @@ type Syncer struct {
 	Interval time.Duration
 }
 
-
 // NewSyncer builds the self-mode Syncer for certDir from validated options.
 func NewSyncer(client kubernetes.Interface, o *Options, certDir string) *Syncer {
 	return &Syncer{
