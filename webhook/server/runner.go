@@ -9,9 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -78,6 +81,13 @@ func NewRunner(cfg *rest.Config, o *Options) (*Runner, error) {
 	}
 	if metrics != nil { // nil: --metrics-bind-address=0
 		r.metrics = metrics
+		// What the manager's controller package registers, which dashboards of the process read.
+		if err := register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+			return nil, fmt.Errorf("register process metrics: %w", err)
+		}
+		if err := register(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll))); err != nil {
+			return nil, fmt.Errorf("register Go runtime metrics: %w", err)
+		}
 	}
 	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {
 		if r.probes, err = net.Listen("tcp", o.HealthProbeBindAddress); err != nil {
@@ -142,6 +152,18 @@ func (r *Runner) Start(ctx context.Context) error {
 		if !running[i].stop(grace) {
 			return errors.Join(err, fmt.Errorf("parts still running %s after the webhook was stopped", shutdownGrace))
 		}
+	}
+	return err
+}
+
+// register serves c on the metrics endpoint (controller-runtime's registry), in place of an
+// equal collector registered earlier in the same process (tests run several webhooks).
+func register(c prometheus.Collector) error {
+	err := ctrlmetrics.Registry.Register(c)
+	var already prometheus.AlreadyRegisteredError
+	if errors.As(err, &already) {
+		ctrlmetrics.Registry.Unregister(already.ExistingCollector)
+		err = ctrlmetrics.Registry.Register(c)
 	}
 	return err
 }

@@ -161,3 +161,29 @@ func TestRunnerPortInUse(t *testing.T) {
 		t.Errorf("NewRunner with the probe port in use: %v, want an error naming --health-probe-bind-address", err)
 	}
 }
+
+// TestRunnerRuntimeMetrics: /metrics serves the process's and the Go runtime's metrics, as it
+// did under controller-runtime's manager (dashboards and the scale harness read them).
+func TestRunnerRuntimeMetrics(t *testing.T) {
+	o := runnerOptions(t)
+	o.MetricsBindAddress = freeAddr(t)
+	r := newTestRunner(t, o)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Start(ctx) }()
+	var body string
+	waitFor(t, "/metrics", func() bool {
+		code, b, err := get("http://" + o.MetricsBindAddress + "/metrics")
+		body = b
+		return err == nil && code == http.StatusOK
+	})
+	for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_goroutines", "process_resident_memory_bytes", "go_gc_heap_live_bytes"} {
+		if !strings.Contains(body, "\n"+name+" ") {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Start: %v", err)
+	}
+}

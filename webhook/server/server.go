@@ -8,14 +8,11 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/claimvalidation"
@@ -60,8 +57,8 @@ func Setup(r *Runner, o *Options) error {
 		h.templates.Run(ctx)
 		return nil
 	}))
-	if err := registerFleet(h.fleet); err != nil {
-		return err
+	if err := register(h.fleet); err != nil {
+		return fmt.Errorf("register fleet metrics: %w", err)
 	}
 	srv := r.GetWebhookServer()
 	for path, handler := range h.routes() {
@@ -87,21 +84,6 @@ func Setup(r *Runner, o *Options) error {
 		return nil
 	}); err != nil {
 		return fmt.Errorf("add readyz: %w", err)
-	}
-	return nil
-}
-
-// registerFleet serves c's gauges on the metrics endpoint (controller-runtime's
-// registry), in place of those of an earlier Setup in the same process.
-func registerFleet(c *fleetmetrics.Collector) error {
-	err := metrics.Registry.Register(c)
-	var already prometheus.AlreadyRegisteredError
-	if errors.As(err, &already) {
-		metrics.Registry.Unregister(already.ExistingCollector)
-		err = metrics.Registry.Register(c)
-	}
-	if err != nil {
-		return fmt.Errorf("register fleet metrics: %w", err)
 	}
 	return nil
 }
