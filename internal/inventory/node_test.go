@@ -53,8 +53,8 @@ func TestNodeKept(t *testing.T) {
 			t.Errorf("%s: deep copy %+v", tc.from.Name, cp)
 		}
 	}
-	if reflect.ValueOf(ka.labels).Pointer() != reflect.ValueOf(kb.labels).Pointer() || len(ka.labels) != 1 {
-		t.Errorf("nodes differing only in name-valued labels keep %v and %v, not one map of the zone", ka.labels, kb.labels)
+	if reflect.ValueOf(ka.shape.Labels).Pointer() != reflect.ValueOf(kb.shape.Labels).Pointer() || len(ka.shape.Labels) != 1 {
+		t.Errorf("nodes differing only in name-valued labels keep %v and %v, not one map of the zone", ka.shape.Labels, kb.shape.Labels)
 	}
 }
 

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"encoding/binary"
 	"maps"
 	"math"
 	"sort"
@@ -8,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Slice is a ResourceSlice as the informers keep it. Devices of one shape repeat across a fleet
@@ -17,56 +19,112 @@ import (
 // string and version attributes that vary between the devices of the slice are in own. Full and
 // Attributes put them back together; Attribute reads one without doing so.
 type Slice struct {
-	metav1.TypeMeta
 	Meta
 	Labels map[string]string
 	Spec   resourceapi.ResourceSliceSpec
-	// own is sorted by device index; the names and values are in ownText. Neither holds a
-	// pointer: the collector, which walks every cached slice on every cycle, skips both.
-	own     []ownAttribute
-	ownText string
+	// own is the own attributes, sorted by device index, as ownRecords and their names and values
+	// after them. The slice's other strings of its own (Meta's, its pool's and node's names) are
+	// in the same allocation: one a slice, which holds no pointer, so the collector, which walks
+	// every cached slice on every cycle, skips it.
+	own string
 	// held keeps the Interner's entries this slice shares for as long as the slice lives.
 	held *holding
 }
 
-// ownAttribute is a string or version attribute of one device, kept apart from its shared map:
-// its name and then its value, at off in the slice's ownText.
+// own is a count (ownCountSize bytes), the records (ownRecordSize bytes each), then the text.
+// A record is a string or version attribute of one device: at off in own, its name and then its
+// value.
+const (
+	ownCountSize  = 2
+	ownRecordSize = 12
+)
+
+// ownAttribute is one record of own, decoded.
 type ownAttribute struct {
-	device            int32
-	off               uint32
-	nameLen, valueLen uint16
+	device            int
+	off               int
+	nameLen, valueLen int
 	version           bool
 }
 
-// fitsOwn: an attribute of this name and value can be an ownAttribute. The API server allows far
-// shorter ones; anything else stays in the device's map.
-func fitsOwn(name, value string) bool {
-	return len(name) <= math.MaxUint16 && len(value) <= math.MaxUint16
+// fitsOwn: an attribute of this name and value of device i can be an ownAttribute. The API server
+// allows far shorter ones and fewer devices; anything else stays in the device's map.
+func fitsOwn(i int, name, value string) bool {
+	return i <= math.MaxUint16 && len(name) <= math.MaxUint16 && len(value) <= math.MaxUint16
 }
 
-// addOwn appends attribute name of device i to own and its text to text.
-func addOwn(own []ownAttribute, text []byte, i int, name, value string, version bool) ([]ownAttribute, []byte) {
-	own = append(own, ownAttribute{device: int32(i), off: uint32(len(text)), nameLen: uint16(len(name)), valueLen: uint16(len(value)), version: version})
-	return own, append(append(text, name...), value...)
+// ownBuilder collects the own attributes of a slice, in device order.
+type ownBuilder struct {
+	attrs []ownAttribute
+	text  []byte
+}
+
+// add adds attribute name of device i, unless the records are full.
+func (b *ownBuilder) add(i int, name, value string, version bool) bool {
+	if len(b.attrs) == math.MaxUint16 || len(b.text)+len(name)+len(value) > math.MaxUint32/2 {
+		return false
+	}
+	b.attrs = append(b.attrs, ownAttribute{device: i, off: len(b.text), nameLen: len(name), valueLen: len(value), version: version})
+	b.text = append(append(b.text, name...), value...)
+	return true
+}
+
+// encoded is own as Slice keeps it, less the text's copy into one string (oneString).
+func (b *ownBuilder) encoded() []byte {
+	if len(b.attrs) == 0 {
+		return nil
+	}
+	head := ownCountSize + ownRecordSize*len(b.attrs)
+	out := make([]byte, 0, head+len(b.text))
+	out = binary.LittleEndian.AppendUint16(out, uint16(len(b.attrs)))
+	for _, a := range b.attrs {
+		out = binary.LittleEndian.AppendUint32(out, uint32(head+a.off))
+		out = binary.LittleEndian.AppendUint16(out, uint16(a.device))
+		out = binary.LittleEndian.AppendUint16(out, uint16(a.nameLen))
+		out = binary.LittleEndian.AppendUint16(out, uint16(a.valueLen))
+		var version byte
+		if a.version {
+			version = 1
+		}
+		out = append(out, version, 0)
+	}
+	return append(out, b.text...)
+}
+
+func le16(s string) int { return int(s[0]) | int(s[1])<<8 }
+
+// ownCount is the number of own attributes.
+func (s *Slice) ownCount() int {
+	if len(s.own) < ownCountSize {
+		return 0
+	}
+	return le16(s.own)
+}
+
+// ownAt decodes own attribute k.
+func (s *Slice) ownAt(k int) ownAttribute {
+	r := s.own[ownCountSize+k*ownRecordSize:]
+	return ownAttribute{off: le16(r) | le16(r[2:])<<16, device: le16(r[4:]), nameLen: le16(r[6:]), valueLen: le16(r[8:]), version: r[10] != 0}
 }
 
 func (s *Slice) ownName(a *ownAttribute) string {
-	return s.ownText[a.off : a.off+uint32(a.nameLen)]
+	return s.own[a.off : a.off+a.nameLen]
 }
 
-// ownOf returns the own attributes of device i.
-func (s *Slice) ownOf(i int) []ownAttribute {
-	lo := sort.Search(len(s.own), func(k int) bool { return int(s.own[k].device) >= i })
-	hi := lo
-	for hi < len(s.own) && int(s.own[hi].device) == i {
+// ownOf returns the own attributes of device i: records lo to hi.
+func (s *Slice) ownOf(i int) (lo, hi int) {
+	n := s.ownCount()
+	lo = sort.Search(n, func(k int) bool { return s.ownAt(k).device >= i })
+	hi = lo
+	for hi < n && s.ownAt(hi).device == i {
 		hi++
 	}
-	return s.own[lo:hi]
+	return lo, hi
 }
 
 func (s *Slice) ownAttribute(a *ownAttribute) resourceapi.DeviceAttribute {
-	start := a.off + uint32(a.nameLen)
-	v := s.ownText[start : start+uint32(a.valueLen)]
+	start := a.off + a.nameLen
+	v := s.own[start : start+a.valueLen]
 	if a.version {
 		return resourceapi.DeviceAttribute{VersionValue: &v}
 	}
@@ -75,10 +133,10 @@ func (s *Slice) ownAttribute(a *ownAttribute) resourceapi.DeviceAttribute {
 
 // Attribute returns attribute name of device i.
 func (s *Slice) Attribute(i int, name resourceapi.QualifiedName) (resourceapi.DeviceAttribute, bool) {
-	own := s.ownOf(i)
-	for k := range own {
-		if s.ownName(&own[k]) == string(name) {
-			return s.ownAttribute(&own[k]), true
+	lo, hi := s.ownOf(i)
+	for k := lo; k < hi; k++ {
+		if a := s.ownAt(k); s.ownName(&a) == string(name) {
+			return s.ownAttribute(&a), true
 		}
 	}
 	a, ok := s.Spec.Devices[i].Attributes[name]
@@ -88,15 +146,16 @@ func (s *Slice) Attribute(i int, name resourceapi.QualifiedName) (resourceapi.De
 // Attributes returns every attribute of device i: the shared map itself when the device has none
 // of its own, else a new map. Callers must not modify it.
 func (s *Slice) Attributes(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	own := s.ownOf(i)
+	lo, hi := s.ownOf(i)
 	shared := s.Spec.Devices[i].Attributes
-	if len(own) == 0 {
+	if lo == hi {
 		return shared
 	}
-	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(shared)+len(own))
+	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(shared)+hi-lo)
 	maps.Copy(out, shared)
-	for k := range own {
-		out[resourceapi.QualifiedName(s.ownName(&own[k]))] = s.ownAttribute(&own[k])
+	for k := lo; k < hi; k++ {
+		a := s.ownAt(k)
+		out[resourceapi.QualifiedName(s.ownName(&a))] = s.ownAttribute(&a)
 	}
 	return out
 }
@@ -106,17 +165,18 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 	for n, a := range s.Spec.Devices[i].Attributes {
 		f(n, a)
 	}
-	own := s.ownOf(i)
-	for k := range own {
-		f(resourceapi.QualifiedName(s.ownName(&own[k])), s.ownAttribute(&own[k]))
+	lo, hi := s.ownOf(i)
+	for k := lo; k < hi; k++ {
+		a := s.ownAt(k)
+		f(resourceapi.QualifiedName(s.ownName(&a)), s.ownAttribute(&a))
 	}
 }
 
 // Full returns the slice as published (without the metadata the transform dropped). It allocates
 // an attribute map per device that has attributes of its own: use it for a few slices at a time.
 func (s *Slice) Full() *resourceapi.ResourceSlice {
-	out := &resourceapi.ResourceSlice{TypeMeta: s.TypeMeta, ObjectMeta: s.objectMeta(s.Labels), Spec: s.Spec}
-	if len(s.own) == 0 {
+	out := &resourceapi.ResourceSlice{ObjectMeta: s.objectMeta(s.Labels), Spec: s.Spec}
+	if s.ownCount() == 0 {
 		return out
 	}
 	out.Spec.Devices = make([]resourceapi.Device, len(s.Spec.Devices))
@@ -130,10 +190,14 @@ func (s *Slice) Full() *resourceapi.ResourceSlice {
 // DeepCopyObject makes Slice a runtime.Object, as the informer's store wants; the copy shares
 // nothing with s.
 func (s *Slice) DeepCopyObject() runtime.Object {
-	out := &Slice{TypeMeta: s.TypeMeta, Meta: s.Meta, Labels: maps.Clone(s.Labels), own: append([]ownAttribute(nil), s.own...), ownText: s.ownText}
+	out := &Slice{Meta: s.Meta, Labels: maps.Clone(s.Labels), own: s.own}
 	s.Spec.DeepCopyInto(&out.Spec)
 	return out
 }
+
+// GetObjectKind makes Slice a runtime.Object; it carries no type information, which nothing that
+// reads the cache looks at.
+func (s *Slice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // GetObjectMeta is what the informer's key function and reflector read of the slice.
 func (s *Slice) GetObjectMeta() metav1.Object {

@@ -33,20 +33,27 @@ func (in *Interner) TransformSlice(obj any) (any, error) {
 }
 
 func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
-	out := &Slice{TypeMeta: s.TypeMeta, Spec: s.Spec}
+	out := &Slice{Meta: metaOf(&s.ObjectMeta), Spec: s.Spec}
 	var held []*entry
 	// The list's key is read before the lock: a slice of a shape seen before (every node of a
 	// group) takes its list without looking at its devices one by one.
 	var key string
 	var keyed bool
+	var own ownBuilder
 	if s.Spec.Devices != nil {
-		out.Spec.Devices, out.own, out.ownText = ownApart(s.Spec.Devices)
+		out.Spec.Devices = ownApart(s.Spec.Devices, &own)
 		key, keyed = shapeKey(out.Spec.Devices)
 	}
-	in.mu.Lock()
 	// Of the metadata, what identifies the slice; the allocator and the View read only the
 	// spec and the name.
-	out.Meta = metaOf(&s.ObjectMeta)
+	strs := []*string{&out.Name, (*string)(&out.UID), &out.ResourceVersion, &out.Spec.Pool.Name}
+	if s.Spec.NodeName != nil {
+		nodeName := *s.Spec.NodeName
+		out.Spec.NodeName = &nodeName
+		strs = append(strs, &nodeName)
+	}
+	out.own = oneString(own.encoded(), strs...)
+	in.mu.Lock()
 	out.Labels = in.labels(s.Labels, &held)
 	out.Spec.Driver = *in.str(s.Spec.Driver, &held)
 	if out.Spec.Devices != nil {
@@ -65,7 +72,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
 	out := make([]*Slice, len(published))
 	for i, s := range published {
-		w := &Slice{TypeMeta: s.TypeMeta, Meta: metaOf(&s.ObjectMeta), Labels: s.Labels, Spec: s.Spec}
+		w := &Slice{Meta: metaOf(&s.ObjectMeta), Labels: s.Labels, Spec: s.Spec}
 		for j := range s.Spec.Devices {
 			attrs := s.Spec.Devices[j].Attributes
 			kept := withoutCostlyQuantities(attrs)
@@ -83,12 +90,10 @@ func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
 }
 
 // ownApart returns a copy of devices with the attributes that cost more than they say removed
-// and the string and version attributes that vary between devices moved to own and ownText.
-func ownApart(devices []resourceapi.Device) ([]resourceapi.Device, []ownAttribute, string) {
+// and the string and version attributes that vary between devices moved to own.
+func ownApart(devices []resourceapi.Device, own *ownBuilder) []resourceapi.Device {
 	varying := varyingStrings(devices)
 	out := make([]resourceapi.Device, len(devices))
-	var own []ownAttribute
-	var text []byte
 	for i := range devices {
 		d := devices[i]
 		d.Attributes = withoutCostlyQuantities(d.Attributes)
@@ -98,14 +103,13 @@ func ownApart(devices []resourceapi.Device) ([]resourceapi.Device, []ownAttribut
 				continue
 			}
 			value := ptr.Deref(a.StringValue, ptr.Deref(a.VersionValue, ""))
-			if !fitsOwn(string(n), value) {
+			if !fitsOwn(i, string(n), value) || !own.add(i, string(n), value, a.VersionValue != nil) {
 				continue
 			}
 			if !cloned {
 				attrs, cloned = maps.Clone(d.Attributes), true
 			}
 			delete(attrs, n)
-			own, text = addOwn(own, text, i, string(n), value, a.VersionValue != nil)
 		}
 		if cloned && len(attrs) == 0 {
 			attrs = nil
@@ -113,7 +117,7 @@ func ownApart(devices []resourceapi.Device) ([]resourceapi.Device, []ownAttribut
 		d.Attributes = attrs
 		out[i] = d
 	}
-	return out, own, string(text)
+	return out
 }
 
 // devices (in.mu held) returns a list equal to devices (their own attributes apart), shared with

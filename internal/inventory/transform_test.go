@@ -263,8 +263,8 @@ func TestTransformSliceOwnAttributes(t *testing.T) {
 	if full := kept.Full(); !apiequality.Semantic.DeepEqual(full.Spec, s.Spec) {
 		t.Fatal("Full() is not the slice as published")
 	}
-	if len(kept.own) != 6 {
-		t.Errorf("%d attributes kept apart, want uuid and firmware of 3 devices", len(kept.own))
+	if kept.ownCount() != 6 {
+		t.Errorf("%d attributes kept apart, want uuid and firmware of 3 devices", kept.ownCount())
 	}
 	for i := range s.Spec.Devices {
 		if _, ok := kept.Spec.Devices[i].Attributes["blob"]; !ok {
