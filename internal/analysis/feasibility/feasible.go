@@ -308,7 +308,8 @@ func (s *Snapshot) ShapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*
 	}
 	var sigs []string
 	var b strings.Builder
-	for _, d := range s.NodeDevices(n) {
+	for _, dn := range s.NodeDevices(n) {
+		d := int(dn)
 		b.Reset()
 		any := false
 		for _, a := range alts {

@@ -103,12 +103,14 @@ func (s *Snapshot) indexDevices() {
 		devices += len(sl.Spec.Devices)
 	}
 	s.devices = make([]device, 0, devices)
+	s.sliceFirst = make([]int32, len(s.slices))
 	var nextSlice, nextDevice, nextNode []int32
 	s.sliceNodes, nextNode = flatFrom[int](sliceCounts)
 	s.nodeSlices, nextSlice = flatFrom[*inventory.Slice](nodeSliceCounts)
-	s.nodeDevices, nextDevice = flatFrom[int](nodeDeviceCounts)
+	s.nodeDevices, nextDevice = flatFrom[int32](nodeDeviceCounts)
 	for si, sl := range s.slices {
 		first := len(s.devices)
+		s.sliceFirst[si] = int32(first)
 		if s.addDevices(si, sl, taintIndex) {
 			s.exact, s.anyCounters = true, true
 			if s.counterSample == nil {
@@ -119,7 +121,7 @@ func (s *Snapshot) indexDevices() {
 			s.sliceNodes.fill(nextNode, si, u)
 			s.nodeSlices.fill(nextSlice, u, sl)
 			for d := first; d < len(s.devices); d++ {
-				s.nodeDevices.fill(nextDevice, u, d)
+				s.nodeDevices.fill(nextDevice, u, int32(d))
 			}
 		}
 	}
@@ -176,7 +178,7 @@ func (s *Snapshot) addDevices(si int, sl *inventory.Slice, taintIndex map[string
 			taintIndex[key] = taint
 			s.taints = append(s.taints, key)
 		}
-		s.devices = append(s.devices, device{index: int32(i), in: int32(si), taint: taint})
+		s.devices = append(s.devices, device{in: int32(si), taint: taint})
 	}
 	return counters
 }

@@ -15,12 +15,11 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
-// device is one published device: entry index of the snapshot's slices[in]. Kept small and
-// without pointers (a fleet has tens of thousands, which the collector then need not scan); dev
-// gives the device with its slice.
+// device is one published device of the snapshot's slices[in]: the slice's devices are numbered
+// one after the other from sliceFirst[in]. Kept small and without pointers (a fleet has tens of
+// thousands, which the collector then need not scan); dev gives the device with its slice.
 type device struct {
-	index int32
-	in    int32
+	in int32
 	// taint indexes snapshot.taints.
 	taint int32
 }
@@ -33,8 +32,8 @@ type devRef struct {
 
 // dev returns device i.
 func (s *Snapshot) dev(i int) devRef {
-	d := &s.devices[i]
-	return devRef{slice: s.slices[d.in], index: d.index}
+	in := s.devices[i].in
+	return devRef{slice: s.slices[in], index: int32(i) - s.sliceFirst[in]}
 }
 
 func (d devRef) published() *resourceapi.Device { return &d.slice.Spec.Devices[d.index] }
@@ -68,8 +67,10 @@ type Snapshot struct {
 	// full caches the slices as published of the nodes the allocator ran on (LRU by node, fullSize).
 	full    *lru.Cache
 	devices []device
+	// sliceFirst is the number of each slice's first device.
+	sliceFirst []int32
 	// nodeDevices are the indices of the devices each node can use.
-	nodeDevices flat[int]
+	nodeDevices flat[int32]
 	// sliceNodes are the nodes each slice's devices are usable from (nodesOf).
 	sliceNodes flat[int]
 	// taints are the devices' taints, each set once (taintKey); taints[0] is none.
@@ -307,7 +308,7 @@ func (s *Snapshot) NodeIndex(name string) (int, bool) {
 }
 
 // NodeDevices are the devices node n can use.
-func (s *Snapshot) NodeDevices(n int) []int { return s.nodeDevices.of(n) }
+func (s *Snapshot) NodeDevices(n int) []int32 { return s.nodeDevices.of(n) }
 
 // NodesOf are the nodes device d is usable from.
 func (s *Snapshot) NodesOf(d int) []int { return s.sliceNodes.of(int(s.devices[d].in)) }

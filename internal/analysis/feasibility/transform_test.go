@@ -173,3 +173,29 @@ func TestInventoryPerNodeBounded(t *testing.T) {
 		t.Logf("a node of 8 GPUs keeps %d bytes", per)
 	}
 }
+
+// indexedPerNode bounds the heap the View's index of the published state (a Snapshot, before any
+// question) keeps of a node of 8 GPUs: the numbering of its devices and the lists that tie it to
+// its slice (125 bytes, and some room).
+const indexedPerNode = 140
+
+// TestViewIndexPerNodeBounded: what the View's index keeps of a node stays under indexedPerNode
+// bytes. Per node and per slice lists of their own and a map entry per node name were over 300
+// bytes a node.
+func TestViewIndexPerNodeBounded(t *testing.T) {
+	const nodes = 1000
+	kept := transformed(t, simulatedFleet(t, nodes))
+	view := New(kept, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
+	start := heapNow()
+	s, err := view.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := heapNow()
+	runtime.KeepAlive(s)
+	if per := (end.inUse - start.inUse) / nodes; per > indexedPerNode {
+		t.Errorf("the index keeps %d bytes a node of 8 GPUs, want at most %d", per, indexedPerNode)
+	} else {
+		t.Logf("the index keeps %d bytes a node of 8 GPUs", per)
+	}
+}
