@@ -31,41 +31,60 @@ type Slice struct {
 	held *holding
 }
 
-// own is a count (ownCountSize bytes), the records (ownRecordSize bytes each), then the text.
-// A record is a string or version attribute of one device: at off in own, its name and then its
-// value.
+// own is a count (ownCountSize bytes), the records (ownRecordSize bytes each), then the text: the
+// attribute names, each once, and the values. A record is a string or version attribute of one device:
+// its device (the top bit set for a version), the offsets in own of its name and of its value,
+// and their lengths. The API server allows far shorter names and values, fewer devices and less
+// text a slice than the records can tell; anything else stays in the device's map.
 const (
 	ownCountSize  = 2
-	ownRecordSize = 12
+	ownRecordSize = 8
+	ownVersionBit = 1 << 15
 )
 
 // ownAttribute is one record of own, decoded.
 type ownAttribute struct {
-	device            int
-	off               int
-	nameLen, valueLen int
-	version           bool
-}
-
-// fitsOwn: an attribute of this name and value of device i can be an ownAttribute. The API server
-// allows far shorter ones and fewer devices; anything else stays in the device's map.
-func fitsOwn(i int, name, value string) bool {
-	return i <= math.MaxUint16 && len(name) <= math.MaxUint16 && len(value) <= math.MaxUint16
+	device             int
+	nameOff, nameLen   int
+	valueOff, valueLen int
+	version            bool
 }
 
 // ownBuilder collects the own attributes of a slice, in device order.
 type ownBuilder struct {
 	attrs []ownAttribute
+	// text are the names and values; names the distinct names' offsets in it.
 	text  []byte
+	names []int
 }
 
-// add adds attribute name of device i, unless the records are full.
+// add adds attribute name of device i, unless the records cannot tell it.
 func (b *ownBuilder) add(i int, name, value string, version bool) bool {
-	if len(b.attrs) == math.MaxUint16 || len(b.text)+len(name)+len(value) > math.MaxUint32/2 {
+	if i >= ownVersionBit || len(name) > math.MaxUint8 || len(value) > math.MaxUint8 {
 		return false
 	}
-	b.attrs = append(b.attrs, ownAttribute{device: i, off: len(b.text), nameLen: len(name), valueLen: len(value), version: version})
-	b.text = append(append(b.text, name...), value...)
+	// A record reads its name's length, so any earlier copy of the name's bytes serves.
+	nameOff := -1
+	for _, off := range b.names {
+		if off+len(name) <= len(b.text) && string(b.text[off:off+len(name)]) == name {
+			nameOff = off
+			break
+		}
+	}
+	grow := len(value)
+	if nameOff < 0 {
+		grow += len(name)
+	}
+	if ownCountSize+ownRecordSize*(len(b.attrs)+1)+len(b.text)+grow > math.MaxUint16 {
+		return false
+	}
+	if nameOff < 0 {
+		nameOff = len(b.text)
+		b.names = append(b.names, nameOff)
+		b.text = append(b.text, name...)
+	}
+	b.attrs = append(b.attrs, ownAttribute{device: i, nameOff: nameOff, nameLen: len(name), valueOff: len(b.text), valueLen: len(value), version: version})
+	b.text = append(b.text, value...)
 	return true
 }
 
@@ -78,15 +97,14 @@ func (b *ownBuilder) encoded() []byte {
 	out := make([]byte, 0, head+len(b.text))
 	out = binary.LittleEndian.AppendUint16(out, uint16(len(b.attrs)))
 	for _, a := range b.attrs {
-		out = binary.LittleEndian.AppendUint32(out, uint32(head+a.off))
-		out = binary.LittleEndian.AppendUint16(out, uint16(a.device))
-		out = binary.LittleEndian.AppendUint16(out, uint16(a.nameLen))
-		out = binary.LittleEndian.AppendUint16(out, uint16(a.valueLen))
-		var version byte
+		device := a.device
 		if a.version {
-			version = 1
+			device |= ownVersionBit
 		}
-		out = append(out, version, 0)
+		out = binary.LittleEndian.AppendUint16(out, uint16(device))
+		out = binary.LittleEndian.AppendUint16(out, uint16(head+a.nameOff))
+		out = binary.LittleEndian.AppendUint16(out, uint16(head+a.valueOff))
+		out = append(out, byte(a.nameLen), byte(a.valueLen))
 	}
 	return append(out, b.text...)
 }
@@ -104,11 +122,13 @@ func (s *Slice) ownCount() int {
 // ownAt decodes own attribute k.
 func (s *Slice) ownAt(k int) ownAttribute {
 	r := s.own[ownCountSize+k*ownRecordSize:]
-	return ownAttribute{off: le16(r) | le16(r[2:])<<16, device: le16(r[4:]), nameLen: le16(r[6:]), valueLen: le16(r[8:]), version: r[10] != 0}
+	device := le16(r)
+	return ownAttribute{device: device &^ ownVersionBit, version: device&ownVersionBit != 0,
+		nameOff: le16(r[2:]), valueOff: le16(r[4:]), nameLen: int(r[6]), valueLen: int(r[7])}
 }
 
 func (s *Slice) ownName(a *ownAttribute) string {
-	return s.own[a.off : a.off+a.nameLen]
+	return s.own[a.nameOff : a.nameOff+a.nameLen]
 }
 
 // ownOf returns the own attributes of device i: records lo to hi.
@@ -123,8 +143,7 @@ func (s *Slice) ownOf(i int) (lo, hi int) {
 }
 
 func (s *Slice) ownAttribute(a *ownAttribute) resourceapi.DeviceAttribute {
-	start := a.off + a.nameLen
-	v := s.own[start : start+a.valueLen]
+	v := s.own[a.valueOff : a.valueOff+a.valueLen]
 	if a.version {
 		return resourceapi.DeviceAttribute{VersionValue: &v}
 	}

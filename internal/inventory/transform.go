@@ -103,7 +103,7 @@ func ownApart(devices []resourceapi.Device, own *ownBuilder) []resourceapi.Devic
 				continue
 			}
 			value := ptr.Deref(a.StringValue, ptr.Deref(a.VersionValue, ""))
-			if !fitsOwn(i, string(n), value) || !own.add(i, string(n), value, a.VersionValue != nil) {
+			if !own.add(i, string(n), value, a.VersionValue != nil) {
 				continue
 			}
 			if !cloned {
