@@ -228,23 +228,25 @@ func (s *Slice) GetObjectMeta() metav1.Object {
 type SliceList = CompactList[Slice, *Slice]
 
 // CompactList is a page of the compact objects an informer keeps (a transformed list): client-go's
-// reflector reads its Items and ResourceVersion like any list's.
+// reflector reads its Items and ResourceVersion like any list's. Items are pointers, which the
+// reflector stores as they are: values it would copy one by one into objects of their own, after
+// the list had held them all in one array.
 type CompactList[T any, PT interface {
 	*T
 	runtime.Object
 }] struct {
 	metav1.TypeMeta
 	metav1.ListMeta
-	Items []T
+	Items []PT
 }
 
 // DeepCopyObject makes CompactList a runtime.Object; the copy shares nothing with l.
 func (l *CompactList[T, PT]) DeepCopyObject() runtime.Object {
 	out := &CompactList[T, PT]{TypeMeta: l.TypeMeta}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	out.Items = make([]T, len(l.Items))
+	out.Items = make([]PT, len(l.Items))
 	for i := range l.Items {
-		out.Items[i] = *PT(&l.Items[i]).DeepCopyObject().(PT)
+		out.Items[i] = l.Items[i].DeepCopyObject().(PT)
 	}
 	return out
 }

@@ -184,7 +184,7 @@ func (in *Interner) listSlices(ctx context.Context, o metav1.ListOptions, list f
 	out := &SliceList{}
 	err := listing.InPages(ctx, o, listPageSize, list, func(page *resourceapi.ResourceSliceList) {
 		for i := range page.Items {
-			out.Items = append(out.Items, *in.compact(&page.Items[i]))
+			out.Items = append(out.Items, in.compact(&page.Items[i]))
 		}
 		out.TypeMeta, out.ResourceVersion = page.TypeMeta, page.ResourceVersion
 	})
