@@ -1,10 +1,7 @@
 package inventory
 
 import (
-	"encoding/binary"
 	"maps"
-	"math"
-	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,125 +26,6 @@ type Slice struct {
 	own string
 	// held keeps the Interner's entries this slice shares for as long as the slice lives.
 	held *holding
-}
-
-// own is a count (ownCountSize bytes), the records (ownRecordSize bytes each), then the text: the
-// attribute names, each once, and the values. A record is a string or version attribute of one device:
-// its device (the top bit set for a version), the offsets in own of its name and of its value,
-// and their lengths. The API server allows far shorter names and values, fewer devices and less
-// text a slice than the records can tell; anything else stays in the device's map.
-const (
-	ownCountSize  = 2
-	ownRecordSize = 8
-	ownVersionBit = 1 << 15
-)
-
-// ownAttribute is one record of own, decoded.
-type ownAttribute struct {
-	device             int
-	nameOff, nameLen   int
-	valueOff, valueLen int
-	version            bool
-}
-
-// ownBuilder collects the own attributes of a slice, in device order.
-type ownBuilder struct {
-	attrs []ownAttribute
-	// text are the names and values; names the distinct names' offsets in it.
-	text  []byte
-	names []int
-}
-
-// add adds attribute name of device i, unless the records cannot tell it.
-func (b *ownBuilder) add(i int, name, value string, version bool) bool {
-	if i >= ownVersionBit || len(name) > math.MaxUint8 || len(value) > math.MaxUint8 {
-		return false
-	}
-	// A record reads its name's length, so any earlier copy of the name's bytes serves.
-	nameOff := -1
-	for _, off := range b.names {
-		if off+len(name) <= len(b.text) && string(b.text[off:off+len(name)]) == name {
-			nameOff = off
-			break
-		}
-	}
-	grow := len(value)
-	if nameOff < 0 {
-		grow += len(name)
-	}
-	if ownCountSize+ownRecordSize*(len(b.attrs)+1)+len(b.text)+grow > math.MaxUint16 {
-		return false
-	}
-	if nameOff < 0 {
-		nameOff = len(b.text)
-		b.names = append(b.names, nameOff)
-		b.text = append(b.text, name...)
-	}
-	b.attrs = append(b.attrs, ownAttribute{device: i, nameOff: nameOff, nameLen: len(name), valueOff: len(b.text), valueLen: len(value), version: version})
-	b.text = append(b.text, value...)
-	return true
-}
-
-// encoded is own as Slice keeps it, less the text's copy into one string (oneString).
-func (b *ownBuilder) encoded() []byte {
-	if len(b.attrs) == 0 {
-		return nil
-	}
-	head := ownCountSize + ownRecordSize*len(b.attrs)
-	out := make([]byte, 0, head+len(b.text))
-	out = binary.LittleEndian.AppendUint16(out, uint16(len(b.attrs)))
-	for _, a := range b.attrs {
-		device := a.device
-		if a.version {
-			device |= ownVersionBit
-		}
-		out = binary.LittleEndian.AppendUint16(out, uint16(device))
-		out = binary.LittleEndian.AppendUint16(out, uint16(head+a.nameOff))
-		out = binary.LittleEndian.AppendUint16(out, uint16(head+a.valueOff))
-		out = append(out, byte(a.nameLen), byte(a.valueLen))
-	}
-	return append(out, b.text...)
-}
-
-func le16(s string) int { return int(s[0]) | int(s[1])<<8 }
-
-// ownCount is the number of own attributes.
-func (s *Slice) ownCount() int {
-	if len(s.own) < ownCountSize {
-		return 0
-	}
-	return le16(s.own)
-}
-
-// ownAt decodes own attribute k.
-func (s *Slice) ownAt(k int) ownAttribute {
-	r := s.own[ownCountSize+k*ownRecordSize:]
-	device := le16(r)
-	return ownAttribute{device: device &^ ownVersionBit, version: device&ownVersionBit != 0,
-		nameOff: le16(r[2:]), valueOff: le16(r[4:]), nameLen: int(r[6]), valueLen: int(r[7])}
-}
-
-func (s *Slice) ownName(a *ownAttribute) string {
-	return s.own[a.nameOff : a.nameOff+a.nameLen]
-}
-
-// ownOf returns the own attributes of device i: records lo to hi.
-func (s *Slice) ownOf(i int) (lo, hi int) {
-	n := s.ownCount()
-	lo = sort.Search(n, func(k int) bool { return s.ownAt(k).device >= i })
-	hi = lo
-	for hi < n && s.ownAt(hi).device == i {
-		hi++
-	}
-	return lo, hi
-}
-
-func (s *Slice) ownAttribute(a *ownAttribute) resourceapi.DeviceAttribute {
-	v := s.own[a.valueOff : a.valueOff+a.valueLen]
-	if a.version {
-		return resourceapi.DeviceAttribute{VersionValue: &v}
-	}
-	return resourceapi.DeviceAttribute{StringValue: &v}
 }
 
 // Attribute returns attribute name of device i.
