@@ -171,7 +171,10 @@ const maxSharedSet = 4
 // holding is what a kept object holds of the tables: a token of its own allocation (with a
 // pointer, so never batched with others) that every copy of the object shares, whose cleanup
 // releases the entries the object took once no copy is left.
-type holding struct{ _ *byte }
+type holding struct {
+	// labels are a slice's labels: slices rarely have any, and here they cost a Slice nothing.
+	labels map[string]string
+}
 
 // hold (in.mu held) returns the holding of entries, each referenced once for it; nil for none.
 func (in *Interner) hold(entries []*entry) *holding {

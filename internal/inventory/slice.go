@@ -17,8 +17,7 @@ import (
 // Attributes put them back together; Attribute reads one without doing so.
 type Slice struct {
 	Meta
-	Labels map[string]string
-	Spec   resourceapi.ResourceSliceSpec
+	Spec resourceapi.ResourceSliceSpec
 	// own is the own attributes, sorted by device index, as ownRecords and their names and values
 	// after them. The slice's other strings of its own (Meta's, its pool's and node's names) are
 	// in the same allocation: one a slice, which holds no pointer, so the collector, which walks
@@ -72,7 +71,7 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 // Full returns the slice as published (without the metadata the transform dropped). It allocates
 // an attribute map per device that has attributes of its own: use it for a few slices at a time.
 func (s *Slice) Full() *resourceapi.ResourceSlice {
-	out := &resourceapi.ResourceSlice{ObjectMeta: s.objectMeta(s.Labels), Spec: s.Spec}
+	out := &resourceapi.ResourceSlice{ObjectMeta: s.objectMeta(s.Labels()), Spec: s.Spec}
 	if s.ownCount() == 0 {
 		return out
 	}
@@ -87,9 +86,31 @@ func (s *Slice) Full() *resourceapi.ResourceSlice {
 // DeepCopyObject makes Slice a runtime.Object, as the informer's store wants; the copy shares
 // nothing with s.
 func (s *Slice) DeepCopyObject() runtime.Object {
-	out := &Slice{Meta: s.Meta, Labels: maps.Clone(s.Labels), own: s.own}
+	out := &Slice{Meta: s.Meta, own: s.own}
+	if labels := s.Labels(); labels != nil {
+		out.held = &holding{labels: maps.Clone(labels)}
+	}
 	s.Spec.DeepCopyInto(&out.Spec)
 	return out
+}
+
+// Labels are the slice's labels. Callers must not modify them.
+func (s *Slice) Labels() map[string]string {
+	if s.held == nil {
+		return nil
+	}
+	return s.held.labels
+}
+
+// withLabels sets the slice's labels.
+func (s *Slice) withLabels(labels map[string]string) {
+	if labels == nil {
+		return
+	}
+	if s.held == nil {
+		s.held = &holding{}
+	}
+	s.held.labels = labels
 }
 
 // GetObjectKind makes Slice a runtime.Object; it carries no type information, which nothing that
@@ -98,7 +119,7 @@ func (s *Slice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKin
 
 // GetObjectMeta is what the informer's key function and reflector read of the slice.
 func (s *Slice) GetObjectMeta() metav1.Object {
-	m := s.objectMeta(s.Labels)
+	m := s.objectMeta(s.Labels())
 	return &m
 }
 

@@ -46,7 +46,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	}
 	// Of the metadata, what identifies the slice; the allocator and the View read only the
 	// spec and the name.
-	strs := []*string{&out.Name, (*string)(&out.UID), &out.ResourceVersion, &out.Spec.Pool.Name}
+	strs := []*string{&out.Name, &out.ids, &out.Spec.Pool.Name}
 	if s.Spec.NodeName != nil {
 		nodeName := *s.Spec.NodeName
 		out.Spec.NodeName = &nodeName
@@ -54,13 +54,14 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	}
 	out.own = oneString(own.encoded(), strs...)
 	in.mu.Lock()
-	out.Labels = in.labels(s.Labels, &held)
+	labels := in.labels(s.Labels, &held)
 	out.Spec.Driver = *in.str(s.Spec.Driver, &held)
 	if out.Spec.Devices != nil {
 		out.Spec.Devices = in.devices(out.Spec.Devices, key, keyed, &held)
 	}
 	out.held = in.hold(held)
 	in.mu.Unlock()
+	out.withLabels(labels)
 	return out
 }
 
@@ -72,7 +73,8 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
 	out := make([]*Slice, len(published))
 	for i, s := range published {
-		w := &Slice{Meta: metaOf(&s.ObjectMeta), Labels: s.Labels, Spec: s.Spec}
+		w := &Slice{Meta: metaOf(&s.ObjectMeta), Spec: s.Spec}
+		w.withLabels(s.Labels)
 		for j := range s.Spec.Devices {
 			attrs := s.Spec.Devices[j].Attributes
 			kept := withoutCostlyQuantities(attrs)

@@ -31,6 +31,7 @@ func nodeSlice(t testing.TB, node string, spec nodegroups.GroupSpec) *resourceap
 	}
 	return &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.example.com-abcde", UID: "uid-" + "node", ResourceVersion: "42", Generation: 1,
+			Labels:          map[string]string{"example.com/rack": "r1"},
 			Annotations:     map[string]string{"a": "b"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: "n"}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "plugin", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)}}},
@@ -90,7 +91,7 @@ func TestTransformSlice(t *testing.T) {
 					t.Errorf("device %d: RangeAttributes gave %d attributes, want %d", i, len(seen), len(d.Attributes))
 				}
 			}
-			wantMeta := metav1.ObjectMeta{Name: a.Name, UID: a.UID, ResourceVersion: "42", Generation: 1}
+			wantMeta := metav1.ObjectMeta{Name: a.Name, UID: a.UID, ResourceVersion: "42", Generation: 1, Labels: a.Labels}
 			if got := ta.Full().ObjectMeta; !apiequality.Semantic.DeepEqual(got, wantMeta) {
 				t.Errorf("metadata %+v, want only %+v", got, wantMeta)
 			}
@@ -232,7 +233,7 @@ func TestTransformEvent(t *testing.T) {
 		}
 	}
 	bookmark := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9"}}
-	if e, ok := in.transformEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !ok || e.Object.(*Slice).ResourceVersion != "9" {
+	if e, ok := in.transformEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !ok || e.Object.(*Slice).ResourceVersion() != "9" {
 		t.Errorf("bookmark: %+v", e)
 	}
 	status := &metav1.Status{Message: "too old"}
