@@ -15,7 +15,7 @@ import (
 // which only the informers' machinery reads, are one string.
 type Meta struct {
 	Name string
-	// ids is the uid's length (a uvarint), the uid and the resourceVersion.
+	// ids is the uid's length (a uvarint, see newMeta), the uid and the resourceVersion.
 	ids        string
 	Generation int64
 }
@@ -25,8 +25,15 @@ func newMeta(name string, uid types.UID, resourceVersion string, generation int6
 	if uid == "" && resourceVersion == "" {
 		return Meta{Name: name, Generation: generation}
 	}
-	ids := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(uid)+len(resourceVersion)), uint64(len(uid)))
-	ids = append(append(ids, uid...), resourceVersion...)
+	ids := make([]byte, 0, binary.MaxVarintLen64+len(uid)+len(resourceVersion))
+	// The API server's uids are UUIDs: those are kept as their 16 bytes, marked by the length's
+	// lowest bit.
+	if prefix, ok := uuidTail(string(uid)); ok && prefix == 0 {
+		ids = packUUID(binary.AppendUvarint(ids, uuidBytes<<1|1), string(uid))
+	} else {
+		ids = append(binary.AppendUvarint(ids, uint64(len(uid))<<1), uid...)
+	}
+	ids = append(ids, resourceVersion...)
 	return Meta{Name: name, ids: string(ids), Generation: generation}
 }
 
@@ -36,7 +43,11 @@ func (m *Meta) split() (types.UID, string) {
 		return "", ""
 	}
 	n, k := binary.Uvarint([]byte(m.ids[:min(len(m.ids), binary.MaxVarintLen64)]))
-	return types.UID(m.ids[k : k+int(n)]), m.ids[k+int(n):]
+	end := k + int(n>>1)
+	if n&1 == 1 {
+		return types.UID(unpackUUID(nil, m.ids[k:end])), m.ids[end:]
+	}
+	return types.UID(m.ids[k:end]), m.ids[end:]
 }
 
 // UID is the object's metadata.uid.
