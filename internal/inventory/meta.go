@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,31 +74,29 @@ func metaOf(o *metav1.ObjectMeta) Meta {
 	return newMeta(o.Name, o.UID, o.ResourceVersion, o.Generation)
 }
 
-// oneString makes prefix and the strings strs point at one new string (each distinct value once)
-// and returns the prefix's part of it. Decoded, each string is an allocation of its own (a node's
-// name, uid and resourceVersion are three), in spans the decode's garbage shares: the kept strings
-// would pin those spans and leave the heap fragmented after the initial lists.
+// oneString makes prefix and the strings strs point at one new string (each string's bytes once:
+// a slice's pool and node name are most often the start of its name) and returns the prefix's part
+// of it. Decoded, each string is an allocation of its own (a node's name, uid and resourceVersion
+// are three), in spans the decode's garbage shares: the kept strings would pin those spans and
+// leave the heap fragmented after the initial lists.
 func oneString(prefix []byte, strs ...*string) string {
 	n := len(prefix)
-	for _, s := range strs {
-		n += len(*s)
+	for i, s := range strs {
+		if !slices.ContainsFunc(strs[:i], func(t *string) bool { return strings.Contains(*t, *s) }) {
+			n += len(*s)
+		}
 	}
 	if n == 0 {
 		return ""
 	}
 	var b strings.Builder
+	// Grown once, the builder's bytes never move: what is written so far can be searched.
 	b.Grow(n)
 	b.Write(prefix)
 	var buf [8]int
 	offs := buf[:0]
-	for i, s := range strs {
-		off := -1
-		for j := range i {
-			if *strs[j] == *s {
-				off = offs[j]
-				break
-			}
-		}
+	for _, s := range strs {
+		off := strings.Index(b.String(), *s)
 		if off < 0 {
 			off = b.Len()
 			b.WriteString(*s)
