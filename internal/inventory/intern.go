@@ -80,8 +80,8 @@ func NewInterner(opts ...InternerOption) *Interner {
 }
 
 // entry is one shared value. refs counts the kept objects and the other entries (parts) that use it.
-// An entry in no table (table nil) is one object's own set of held entries, which did not fit the
-// budget: releasing it releases its parts.
+// An entry in no table (table nil) is the set of entries one object holds, which no other object
+// shares (holdSet): releasing it releases its parts.
 type entry struct {
 	key   string
 	value any

@@ -18,10 +18,10 @@ import (
 type Slice struct {
 	Meta
 	Spec resourceapi.ResourceSliceSpec
-	// own is the own attributes, sorted by device index, as ownRecords and their names and values
-	// after them. The slice's other strings of its own (Meta's, its pool's and node's names) are
-	// in the same allocation: one a slice, which holds no pointer, so the collector, which walks
-	// every cached slice on every cycle, skips it.
+	// own is the own attributes, sorted by device index, as records and their names and values
+	// after them (own.go). The slice's other strings of its own (Meta's, its pool's and node's
+	// names) are in the same allocation: one a slice, which holds no pointer, so the collector,
+	// which walks every cached slice on every cycle, skips it.
 	own string
 	// held keeps the Interner's entries this slice shares for as long as the slice lives.
 	held *holding

@@ -178,7 +178,13 @@ func (s *Snapshot) addDevices(si int, sl *inventory.Slice, taintIndex map[string
 			taintIndex[key] = taint
 			s.taints = append(s.taints, key)
 		}
-		s.devices = append(s.devices, device{in: int32(si), taint: taint})
+		if taint != 0 && s.deviceTaints == nil {
+			s.deviceTaints = make([]int32, cap(s.devices)) // room for every device (indexDevices)
+		}
+		if s.deviceTaints != nil {
+			s.deviceTaints[len(s.devices)] = taint
+		}
+		s.devices = append(s.devices, device{in: int32(si)})
 	}
 	return counters
 }

@@ -20,8 +20,6 @@ import (
 // thousands, which the collector then need not scan); dev gives the device with its slice.
 type device struct {
 	in int32
-	// taint indexes snapshot.taints.
-	taint int32
 }
 
 // devRef is device i of a snapshot, with its slice.
@@ -73,8 +71,10 @@ type Snapshot struct {
 	nodeDevices flat[int32]
 	// sliceNodes are the nodes each slice's devices are usable from (nodesOf).
 	sliceNodes flat[int]
-	// taints are the devices' taints, each set once (taintKey); taints[0] is none.
-	taints []string
+	// taints are the devices' taints, each set once (taintKey); taints[0] is none. deviceTaints
+	// index them by device, nil while no device has a taint, as in most fleets.
+	taints       []string
+	deviceTaints []int32
 	// exact disables grouping of nodes by shape when pools are partitioned or incomplete, where
 	// devices of equal attributes are not interchangeable.
 	exact bool
@@ -133,7 +133,12 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 }
 
 // taintOf is device d's taintKey.
-func (s *Snapshot) taintOf(d int) string { return s.taints[s.devices[d].taint] }
+func (s *Snapshot) taintOf(d int) string {
+	if s.deviceTaints == nil {
+		return ""
+	}
+	return s.taints[s.deviceTaints[d]]
+}
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
 

@@ -178,8 +178,8 @@ func TestInventoryPerNodeBounded(t *testing.T) {
 
 // indexedPerNode bounds the heap the View's index of the published state (a Snapshot, before any
 // question) keeps of a node of 8 GPUs: the numbering of its devices and the lists that tie it to
-// its slice (125 bytes, and some room).
-const indexedPerNode = 140
+// its slice (90 bytes, and some room).
+const indexedPerNode = 100
 
 // TestViewIndexPerNodeBounded: what the View's index keeps of a node stays under indexedPerNode
 // bytes. Per node and per slice lists of their own and a map entry per node name were over 300
