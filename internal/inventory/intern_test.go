@@ -104,7 +104,7 @@ func TestInternerHeapBoundedByBudget(t *testing.T) {
 	values := heapRetained(func() any {
 		kept := build()
 		for i, s := range kept {
-			kept[i] = &Slice{Meta: s.Meta, Spec: s.Spec, own: s.own}
+			kept[i] = &Slice{Meta: s.Meta, Spec: s.Spec}
 		}
 		in = nil
 		return kept

@@ -108,8 +108,8 @@ func CompactNodes(in *Interner, nodes []*v1.Node) []*Node {
 
 // node keeps of n what Node holds, of its allocatable resources those keep accepts.
 func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
-	out := &Node{Meta: newMeta(n.Name, n.UID, n.ResourceVersion, 0)}
-	oneString(nil, &out.Name, &out.ids)
+	out := &Node{Meta: newMeta(n.Name, n.UID, n.ResourceVersion, 0, nil)}
+	oneString(&out.Name, &out.ids)
 	sh := nodeShape{KubeletVersion: n.Status.NodeInfo.KubeletVersion}
 	for k, v := range n.Labels {
 		if v == n.Name {

@@ -21,6 +21,7 @@ const (
 	// ownUUIDBit: the value ends in a UUID, kept as its 16 bytes (packUUID). A device's own
 	// attribute is most often its uuid, and a slice's uuids most of its own text.
 	ownUUIDBit = 1 << 14
+	// ownDevices bounds the devices a record tells, in the bits below the flags.
 	ownDevices = ownUUIDBit
 )
 
@@ -79,7 +80,7 @@ func (b *ownBuilder) add(i int, name, value string, version bool) bool {
 	return true
 }
 
-// encoded is own as Slice keeps it, less the text's copy into one string (oneString).
+// encoded is the ownText of the attributes.
 func (b *ownBuilder) encoded() []byte {
 	if len(b.attrs) == 0 {
 		return nil
@@ -105,39 +106,42 @@ func (b *ownBuilder) encoded() []byte {
 
 func le16(s string) int { return int(s[0]) | int(s[1])<<8 }
 
-// ownCount is the number of own attributes.
-func (s *Slice) ownCount() int {
-	if len(s.own) < ownCountSize {
+// ownText is a slice's own attributes as encoded.
+type ownText string
+
+// count is the number of own attributes.
+func (o ownText) count() int {
+	if len(o) < ownCountSize {
 		return 0
 	}
-	return le16(s.own)
+	return le16(string(o))
 }
 
-// ownAt decodes own attribute k.
-func (s *Slice) ownAt(k int) ownAttribute {
-	r := s.own[ownCountSize+k*ownRecordSize:]
+// at decodes own attribute k.
+func (o ownText) at(k int) ownAttribute {
+	r := string(o[ownCountSize+k*ownRecordSize:])
 	device := le16(r)
 	return ownAttribute{device: device &^ (ownVersionBit | ownUUIDBit), version: device&ownVersionBit != 0, uuid: device&ownUUIDBit != 0,
 		nameOff: le16(r[2:]), valueOff: le16(r[4:]), nameLen: int(r[6]), valueLen: int(r[7])}
 }
 
-func (s *Slice) ownName(a *ownAttribute) string {
-	return s.own[a.nameOff : a.nameOff+a.nameLen]
+func (o ownText) name(a *ownAttribute) string {
+	return string(o[a.nameOff : a.nameOff+a.nameLen])
 }
 
-// ownOf returns the own attributes of device i: records lo to hi.
-func (s *Slice) ownOf(i int) (lo, hi int) {
-	n := s.ownCount()
-	lo = sort.Search(n, func(k int) bool { return s.ownAt(k).device >= i })
+// of returns the own attributes of device i: records lo to hi.
+func (o ownText) of(i int) (lo, hi int) {
+	n := o.count()
+	lo = sort.Search(n, func(k int) bool { return o.at(k).device >= i })
 	hi = lo
-	for hi < n && s.ownAt(hi).device == i {
+	for hi < n && o.at(hi).device == i {
 		hi++
 	}
 	return lo, hi
 }
 
-func (s *Slice) ownAttribute(a *ownAttribute) resourceapi.DeviceAttribute {
-	v := s.own[a.valueOff : a.valueOff+a.valueLen]
+func (o ownText) attribute(a *ownAttribute) resourceapi.DeviceAttribute {
+	v := string(o[a.valueOff : a.valueOff+a.valueLen])
 	if a.uuid {
 		prefix := len(v) - uuidBytes
 		v = string(unpackUUID([]byte(v[:prefix]), v[prefix:]))

@@ -16,23 +16,23 @@ import (
 // string and version attributes that vary between the devices of the slice are in own. Full and
 // Attributes put them back together; Attribute reads one without doing so.
 type Slice struct {
+	// Meta holds the own attributes (ownText, after the uid and resourceVersion). The slice's
+	// strings of its own (those, its name, its pool's and node's names) are one allocation a
+	// slice, which holds no pointer, so the collector, which walks every cached slice on every
+	// cycle, skips it.
 	Meta
 	Spec resourceapi.ResourceSliceSpec
-	// own is the own attributes, sorted by device index, as records and their names and values
-	// after them (own.go). The slice's other strings of its own (Meta's, its pool's and node's
-	// names) are in the same allocation: one a slice, which holds no pointer, so the collector,
-	// which walks every cached slice on every cycle, skips it.
-	own string
 	// held keeps the Interner's entries this slice shares for as long as the slice lives.
 	held *holding
 }
 
 // Attribute returns attribute name of device i.
 func (s *Slice) Attribute(i int, name resourceapi.QualifiedName) (resourceapi.DeviceAttribute, bool) {
-	lo, hi := s.ownOf(i)
+	own := s.ownText()
+	lo, hi := own.of(i)
 	for k := lo; k < hi; k++ {
-		if a := s.ownAt(k); s.ownName(&a) == string(name) {
-			return s.ownAttribute(&a), true
+		if a := own.at(k); own.name(&a) == string(name) {
+			return own.attribute(&a), true
 		}
 	}
 	a, ok := s.Spec.Devices[i].Attributes[name]
@@ -42,7 +42,8 @@ func (s *Slice) Attribute(i int, name resourceapi.QualifiedName) (resourceapi.De
 // Attributes returns every attribute of device i: the shared map itself when the device has none
 // of its own, else a new map. Callers must not modify it.
 func (s *Slice) Attributes(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	lo, hi := s.ownOf(i)
+	own := s.ownText()
+	lo, hi := own.of(i)
 	shared := s.Spec.Devices[i].Attributes
 	if lo == hi {
 		return shared
@@ -50,8 +51,8 @@ func (s *Slice) Attributes(i int) map[resourceapi.QualifiedName]resourceapi.Devi
 	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(shared)+hi-lo)
 	maps.Copy(out, shared)
 	for k := lo; k < hi; k++ {
-		a := s.ownAt(k)
-		out[resourceapi.QualifiedName(s.ownName(&a))] = s.ownAttribute(&a)
+		a := own.at(k)
+		out[resourceapi.QualifiedName(own.name(&a))] = own.attribute(&a)
 	}
 	return out
 }
@@ -61,10 +62,11 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 	for n, a := range s.Spec.Devices[i].Attributes {
 		f(n, a)
 	}
-	lo, hi := s.ownOf(i)
+	own := s.ownText()
+	lo, hi := own.of(i)
 	for k := lo; k < hi; k++ {
-		a := s.ownAt(k)
-		f(resourceapi.QualifiedName(s.ownName(&a)), s.ownAttribute(&a))
+		a := own.at(k)
+		f(resourceapi.QualifiedName(own.name(&a)), own.attribute(&a))
 	}
 }
 
@@ -72,7 +74,7 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 // an attribute map per device that has attributes of its own: use it for a few slices at a time.
 func (s *Slice) Full() *resourceapi.ResourceSlice {
 	out := &resourceapi.ResourceSlice{ObjectMeta: s.objectMeta(s.Labels()), Spec: s.Spec}
-	if s.ownCount() == 0 {
+	if s.ownText().count() == 0 {
 		return out
 	}
 	out.Spec.Devices = make([]resourceapi.Device, len(s.Spec.Devices))
@@ -86,12 +88,18 @@ func (s *Slice) Full() *resourceapi.ResourceSlice {
 // DeepCopyObject makes Slice a runtime.Object, as the informer's store wants; the copy shares
 // nothing with s.
 func (s *Slice) DeepCopyObject() runtime.Object {
-	out := &Slice{Meta: s.Meta, own: s.own}
+	out := &Slice{Meta: s.Meta}
 	if labels := s.Labels(); labels != nil {
 		out.held = &holding{labels: maps.Clone(labels)}
 	}
 	s.Spec.DeepCopyInto(&out.Spec)
 	return out
+}
+
+// ownText is the slice's own attributes.
+func (s *Slice) ownText() ownText {
+	_, _, rest := s.split()
+	return ownText(rest)
 }
 
 // Labels are the slice's labels. Callers must not modify them.

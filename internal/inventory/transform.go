@@ -33,7 +33,7 @@ func (in *Interner) TransformSlice(obj any) (any, error) {
 }
 
 func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
-	out := &Slice{Meta: metaOf(&s.ObjectMeta), Spec: s.Spec}
+	out := &Slice{Spec: s.Spec}
 	var held []*entry
 	// The list's key is read before the lock: a slice of a shape seen before (every node of a
 	// group) takes its list without looking at its devices one by one.
@@ -46,13 +46,14 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	}
 	// Of the metadata, what identifies the slice; the allocator and the View read only the
 	// spec and the name.
+	out.Meta = newMeta(s.Name, s.UID, s.ResourceVersion, s.Generation, own.encoded())
 	strs := []*string{&out.Name, &out.ids, &out.Spec.Pool.Name}
 	if s.Spec.NodeName != nil {
 		nodeName := *s.Spec.NodeName
 		out.Spec.NodeName = &nodeName
 		strs = append(strs, &nodeName)
 	}
-	out.own = oneString(own.encoded(), strs...)
+	oneString(strs...)
 	in.mu.Lock()
 	labels := in.labels(s.Labels, &held)
 	out.Spec.Driver = *in.str(s.Spec.Driver, &held)
