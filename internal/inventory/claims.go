@@ -78,7 +78,7 @@ func listClaims(ctx context.Context, o metav1.ListOptions, list func(context.Con
 	out := &ClaimList{}
 	err := listing.InPages(ctx, o, claimsPageSize, list, func(page *resourceapi.ResourceClaimList) {
 		for i := range page.Items {
-			out.Items = append(out.Items, *transformClaim(&page.Items[i]))
+			out.Items = append(out.Items, transformClaim(&page.Items[i]))
 		}
 		out.TypeMeta, out.ResourceVersion = page.TypeMeta, page.ResourceVersion
 	})

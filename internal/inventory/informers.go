@@ -174,7 +174,7 @@ func list[T any](inf cache.SharedIndexInformer) []*T {
 // none; a node that has not reported its kubelet's version yet does not count.
 func (i *Informers) KubeletBefore(release *version.Version) string {
 	for _, n := range list[Node](i.nodes) {
-		if v, err := version.ParseGeneric(n.KubeletVersion); err == nil && v.LessThan(release) {
+		if v, err := version.ParseGeneric(n.KubeletVersion()); err == nil && v.LessThan(release) {
 			return n.Name
 		}
 	}

@@ -2,8 +2,10 @@ package inventory
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -41,6 +43,14 @@ type Interner struct {
 	deviceLists map[string]*entry
 	labelMaps   map[string]*entry
 	keyLists    map[string]*entry
+	nodeShapes  map[string]*entry
+	// holds are the sets of entries objects hold, keyed by the entries' addresses: the nodes of
+	// a group hold the same entries, and one entry for them all is a word a node rather than a
+	// list a node.
+	holds map[string]*entry
+	// releaseFn is release of one entry, made once: a method value made per object would be an
+	// allocation per object.
+	releaseFn func(*entry)
 }
 
 // InternerOption configures an Interner.
@@ -59,7 +69,10 @@ func NewInterner(opts ...InternerOption) *Interner {
 		deviceLists: map[string]*entry{},
 		labelMaps:   map[string]*entry{},
 		keyLists:    map[string]*entry{},
+		nodeShapes:  map[string]*entry{},
+		holds:       map[string]*entry{},
 	}
+	in.releaseFn = in.releaseOne
 	for _, o := range opts {
 		o(in)
 	}
@@ -67,6 +80,8 @@ func NewInterner(opts ...InternerOption) *Interner {
 }
 
 // entry is one shared value. refs counts the kept objects and the other entries (parts) that use it.
+// An entry in no table (table nil) is the set of entries one object holds, which no other object
+// shares (holdSet): releasing it releases its parts.
 type entry struct {
 	key   string
 	value any
@@ -121,51 +136,90 @@ func (in *Interner) add(table map[string]*entry, key string, size int, value any
 	*held = append(*held, e)
 }
 
-// release drops one reference to each of held, and the entries no one references any more.
-func (in *Interner) release(held []*entry) {
+// releaseOne drops one reference to e, and the entries no one references any more.
+func (in *Interner) releaseOne(e *entry) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.releaseLocked(held)
+	in.releaseLocked(e)
 }
 
-func (in *Interner) releaseLocked(held []*entry) {
-	for _, e := range held {
-		if e.refs--; e.refs > 0 {
-			continue
-		}
+func (in *Interner) releaseLocked(e *entry) {
+	if e.refs--; e.refs > 0 {
+		return
+	}
+	if e.table != nil {
 		delete(e.table, e.key)
+	}
+	if e.size > 0 {
 		in.bytes -= e.size
 		in.entries--
-		in.releaseLocked(e.parts)
+	}
+	for _, p := range e.parts {
+		in.releaseLocked(p)
 	}
 	if in.entries == 0 && in.bytes == 0 {
 		// Maps keep their room after deletions: empty, the tables start small again.
 		in.strs, in.attrMaps, in.capMaps = map[string]*entry{}, map[string]*entry{}, map[string]*entry{}
 		in.deviceLists, in.labelMaps, in.keyLists = map[string]*entry{}, map[string]*entry{}, map[string]*entry{}
+		in.nodeShapes, in.holds = map[string]*entry{}, map[string]*entry{}
 	}
 }
+
+// maxSharedSet is the most entries a set in holds has: a slice's driver, labels and device list.
+const maxSharedSet = 4
 
 // holding is what a kept object holds of the tables: a token of its own allocation (with a
 // pointer, so never batched with others) that every copy of the object shares, whose cleanup
 // releases the entries the object took once no copy is left.
-type holding struct{ _ *byte }
-
-// held are the entries one object took, released by its holding's cleanup.
-type held struct {
-	in      *Interner
-	entries []*entry
+type holding struct {
+	// labels are a slice's labels: slices rarely have any, and here they cost a Slice nothing.
+	labels map[string]string
 }
 
-func releaseHeld(h *held) { h.in.release(h.entries) }
-
-// hold returns the holding of entries; nil for none.
+// hold (in.mu held) returns the holding of entries, each referenced once for it; nil for none.
 func (in *Interner) hold(entries []*entry) *holding {
 	if len(entries) == 0 {
 		return nil
 	}
 	h := &holding{}
-	runtime.AddCleanup(h, releaseHeld, &held{in: in, entries: entries})
+	runtime.AddCleanup(h, in.releaseFn, in.holdSet(entries))
 	return h
+}
+
+// holdSet (in.mu held) returns one entry that holds entries (each referenced once by the caller),
+// referenced once for the caller: the entry itself for one, else a set of them, shared through
+// holds with every object holding the same entries. Sets are no values: neither counted nor
+// charged to the budget (size 0). A set no other object is likely to share stays out of holds:
+// one of entries is this object's alone, or there are more than a node of a group holds (its
+// shared list's parts, past the budget).
+func (in *Interner) holdSet(entries []*entry) *entry {
+	if len(entries) == 1 {
+		return entries[0]
+	}
+	if len(entries) > maxSharedSet {
+		return &entry{refs: 1, parts: entries}
+	}
+	for _, e := range entries {
+		if e.refs == 1 {
+			return &entry{refs: 1, parts: entries}
+		}
+	}
+	key := make([]byte, 0, len(entries)*int(unsafe.Sizeof(uintptr(0))))
+	for _, e := range entries {
+		// The set's parts keep its entries, so no address in a key is reused while it is one.
+		key = binary.LittleEndian.AppendUint64(key, uint64(uintptr(unsafe.Pointer(e))))
+	}
+	if set, ok := in.holds[string(key)]; ok {
+		set.refs++
+		for _, e := range entries {
+			// The set holds each already: this cannot be the last reference.
+			e.refs--
+		}
+		return set
+	}
+	set := &entry{key: string(key), refs: 1, table: in.holds, parts: slices.Clip(entries)}
+	in.holds[set.key] = set
+	return set
 }
 
 // usage returns how many entries the tables hold and their estimated bytes.

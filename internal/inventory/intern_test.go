@@ -104,7 +104,7 @@ func TestInternerHeapBoundedByBudget(t *testing.T) {
 	values := heapRetained(func() any {
 		kept := build()
 		for i, s := range kept {
-			kept[i] = &Slice{TypeMeta: s.TypeMeta, Meta: s.Meta, Labels: s.Labels, Spec: s.Spec, own: s.own, ownText: s.ownText}
+			kept[i] = &Slice{Meta: s.Meta, Spec: s.Spec}
 		}
 		in = nil
 		return kept

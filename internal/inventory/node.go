@@ -3,6 +3,7 @@ package inventory
 import (
 	"maps"
 	"slices"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,27 +15,46 @@ import (
 // was told to keep. A v1.Node is 784 bytes before it holds anything, and every node's labels are a
 // map of its own because the hostname label differs: over a kilobyte a node, all of it pointers
 // the collector walks on every cycle. Here the labels whose value is the node's name (hostname)
-// are kept as their keys, and nodes with the same other labels share one map.
+// are kept as their keys, and nodes with the same other labels and kubelet share one nodeShape.
 type Node struct {
 	Meta
-	// labels are the labels but for those in nameKeys, shared between nodes.
-	labels map[string]string
-	// nameKeys are the keys of the labels whose value is the node's name.
-	nameKeys    []string
+	// shape is nil for a node that names no more than its name.
+	shape       *nodeShape
 	Allocatable v1.ResourceList
-	// KubeletVersion is status.nodeInfo.kubeletVersion, interned: what the node's kubelet can do
-	// (KubeletsBefore).
-	KubeletVersion string
 	// held keeps the Interner's entries this node shares for as long as the node lives.
 	held *holding
 }
+
+// nodeShape is what the nodes of a group have in common. Exported fields: its JSON is its key in
+// the Interner's table.
+type nodeShape struct {
+	// Labels are the labels but for those in NameKeys.
+	Labels map[string]string `json:"labels,omitempty"`
+	// NameKeys are the keys of the labels whose value is the node's name.
+	NameKeys []string `json:"nameKeys,omitempty"`
+	// KubeletVersion is status.nodeInfo.kubeletVersion.
+	KubeletVersion string `json:"kubeletVersion,omitempty"`
+}
+
+var noShape nodeShape
+
+func (n *Node) shapeOf() *nodeShape {
+	if n.shape == nil {
+		return &noShape
+	}
+	return n.shape
+}
+
+// KubeletVersion is status.nodeInfo.kubeletVersion: what the node's kubelet can do
+// (KubeletsBefore).
+func (n *Node) KubeletVersion() string { return n.shapeOf().KubeletVersion }
 
 // GetObjectKind makes Node a runtime.Object; it carries no type information.
 func (n *Node) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject makes Node a runtime.Object; the labels are shared and read-only, as in the cache.
 func (n *Node) DeepCopyObject() runtime.Object {
-	return &Node{Meta: n.Meta, labels: n.labels, nameKeys: n.nameKeys, Allocatable: n.Allocatable.DeepCopy(), KubeletVersion: n.KubeletVersion, held: n.held}
+	return &Node{Meta: n.Meta, shape: n.shape, Allocatable: n.Allocatable.DeepCopy(), held: n.held}
 }
 
 // GetObjectMeta is what the informer's key function and reflector, and other readers of the
@@ -46,24 +66,26 @@ func (n *Node) GetObjectMeta() metav1.Object {
 
 // Label returns the value of the label key.
 func (n *Node) Label(key string) (string, bool) {
-	for _, k := range n.nameKeys {
+	sh := n.shapeOf()
+	for _, k := range sh.NameKeys {
 		if k == key {
 			return n.Name, true
 		}
 	}
-	v, ok := n.labels[key]
+	v, ok := sh.Labels[key]
 	return v, ok
 }
 
 // Labels returns every label, in a new map when some have the node's name as their value.
 // Callers must not modify it.
 func (n *Node) Labels() map[string]string {
-	if len(n.nameKeys) == 0 {
-		return n.labels
+	sh := n.shapeOf()
+	if len(sh.NameKeys) == 0 {
+		return sh.Labels
 	}
-	out := make(map[string]string, len(n.labels)+len(n.nameKeys))
-	maps.Copy(out, n.labels)
-	for _, k := range n.nameKeys {
+	out := make(map[string]string, len(sh.Labels)+len(sh.NameKeys))
+	maps.Copy(out, sh.Labels)
+	for _, k := range sh.NameKeys {
 		out[k] = n.Name
 	}
 	return out
@@ -86,30 +108,27 @@ func CompactNodes(in *Interner, nodes []*v1.Node) []*Node {
 
 // node keeps of n what Node holds, of its allocatable resources those keep accepts.
 func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
-	out := &Node{Meta: Meta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
-	var others map[string]string
+	out := &Node{Meta: newMeta(n.Name, n.UID, n.ResourceVersion, 0, nil)}
+	oneString(&out.Name, &out.ids)
+	sh := nodeShape{KubeletVersion: n.Status.NodeInfo.KubeletVersion}
 	for k, v := range n.Labels {
 		if v == n.Name {
-			out.nameKeys = append(out.nameKeys, k)
+			sh.NameKeys = append(sh.NameKeys, k)
 			continue
 		}
-		if others == nil {
-			others = make(map[string]string, len(n.Labels))
+		if sh.Labels == nil {
+			sh.Labels = make(map[string]string, len(n.Labels))
 		}
-		others[k] = v
+		sh.Labels[k] = v
 	}
-	slices.Sort(out.nameKeys)
-	var held []*entry
-	in.mu.Lock()
-	out.labels = in.labels(others, &held)
-	if out.nameKeys != nil {
-		out.nameKeys = in.keys(out.nameKeys, &held)
+	slices.Sort(sh.NameKeys)
+	if sh.Labels != nil || sh.NameKeys != nil || sh.KubeletVersion != "" {
+		var held []*entry
+		in.mu.Lock()
+		out.shape = in.nodeShape(&sh, &held)
+		out.held = in.hold(held)
+		in.mu.Unlock()
 	}
-	if v := n.Status.NodeInfo.KubeletVersion; v != "" {
-		out.KubeletVersion = *in.str(v, &held)
-	}
-	out.held = in.hold(held)
-	in.mu.Unlock()
 	for name, q := range n.Status.Allocatable {
 		if keep(name) {
 			if out.Allocatable == nil {
@@ -121,18 +140,34 @@ func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
 	return out
 }
 
+// nodeShape (in.mu held) returns a shape equal to sh, shared with every node of the same.
+func (in *Interner) nodeShape(sh *nodeShape, held *[]*entry) *nodeShape {
+	size := int(unsafe.Sizeof(*sh))
+	return shared(in, in.nodeShapes, sh, size, held, func(parts *[]*entry) *nodeShape {
+		out := &nodeShape{Labels: in.labels(sh.Labels, parts)}
+		if sh.NameKeys != nil {
+			out.NameKeys = in.keys(sh.NameKeys, parts)
+		}
+		if sh.KubeletVersion != "" {
+			out.KubeletVersion = *in.str(sh.KubeletVersion, parts)
+		}
+		return out
+	})
+}
+
 // sameNode reports whether two kept nodes look the same to the checks (labels and the allocatable
 // resources kept); a status heartbeat changes neither.
 func sameNode(a, b *Node) bool {
-	if a.Name != b.Name || len(a.labels) != len(b.labels) || len(a.nameKeys) != len(b.nameKeys) || len(a.Allocatable) != len(b.Allocatable) {
+	sa, sb := a.shapeOf(), b.shapeOf()
+	if a.Name != b.Name || len(sa.Labels) != len(sb.Labels) || len(sa.NameKeys) != len(sb.NameKeys) || len(a.Allocatable) != len(b.Allocatable) {
 		return false
 	}
-	for k, v := range a.labels {
-		if w, ok := b.labels[k]; !ok || w != v {
+	for k, v := range sa.Labels {
+		if w, ok := sb.Labels[k]; !ok || w != v {
 			return false
 		}
 	}
-	for _, k := range a.nameKeys {
+	for _, k := range sa.NameKeys {
 		if v, ok := b.Label(k); !ok || v != a.Name {
 			return false
 		}

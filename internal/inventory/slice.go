@@ -2,12 +2,11 @@ package inventory
 
 import (
 	"maps"
-	"math"
-	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Slice is a ResourceSlice as the informers keep it. Devices of one shape repeat across a fleet
@@ -17,68 +16,23 @@ import (
 // string and version attributes that vary between the devices of the slice are in own. Full and
 // Attributes put them back together; Attribute reads one without doing so.
 type Slice struct {
-	metav1.TypeMeta
+	// Meta holds the own attributes (ownText, after the uid and resourceVersion). The slice's
+	// strings of its own (those, its name, its pool's and node's names) are one allocation a
+	// slice, which holds no pointer, so the collector, which walks every cached slice on every
+	// cycle, skips it.
 	Meta
-	Labels map[string]string
-	Spec   resourceapi.ResourceSliceSpec
-	// own is sorted by device index; the names and values are in ownText. Neither holds a
-	// pointer: the collector, which walks every cached slice on every cycle, skips both.
-	own     []ownAttribute
-	ownText string
+	Spec resourceapi.ResourceSliceSpec
 	// held keeps the Interner's entries this slice shares for as long as the slice lives.
 	held *holding
 }
 
-// ownAttribute is a string or version attribute of one device, kept apart from its shared map:
-// its name and then its value, at off in the slice's ownText.
-type ownAttribute struct {
-	device            int32
-	off               uint32
-	nameLen, valueLen uint16
-	version           bool
-}
-
-// fitsOwn: an attribute of this name and value can be an ownAttribute. The API server allows far
-// shorter ones; anything else stays in the device's map.
-func fitsOwn(name, value string) bool {
-	return len(name) <= math.MaxUint16 && len(value) <= math.MaxUint16
-}
-
-// addOwn appends attribute name of device i to own and its text to text.
-func addOwn(own []ownAttribute, text []byte, i int, name, value string, version bool) ([]ownAttribute, []byte) {
-	own = append(own, ownAttribute{device: int32(i), off: uint32(len(text)), nameLen: uint16(len(name)), valueLen: uint16(len(value)), version: version})
-	return own, append(append(text, name...), value...)
-}
-
-func (s *Slice) ownName(a *ownAttribute) string {
-	return s.ownText[a.off : a.off+uint32(a.nameLen)]
-}
-
-// ownOf returns the own attributes of device i.
-func (s *Slice) ownOf(i int) []ownAttribute {
-	lo := sort.Search(len(s.own), func(k int) bool { return int(s.own[k].device) >= i })
-	hi := lo
-	for hi < len(s.own) && int(s.own[hi].device) == i {
-		hi++
-	}
-	return s.own[lo:hi]
-}
-
-func (s *Slice) ownAttribute(a *ownAttribute) resourceapi.DeviceAttribute {
-	start := a.off + uint32(a.nameLen)
-	v := s.ownText[start : start+uint32(a.valueLen)]
-	if a.version {
-		return resourceapi.DeviceAttribute{VersionValue: &v}
-	}
-	return resourceapi.DeviceAttribute{StringValue: &v}
-}
-
 // Attribute returns attribute name of device i.
 func (s *Slice) Attribute(i int, name resourceapi.QualifiedName) (resourceapi.DeviceAttribute, bool) {
-	own := s.ownOf(i)
-	for k := range own {
-		if s.ownName(&own[k]) == string(name) {
-			return s.ownAttribute(&own[k]), true
+	own := s.ownText()
+	lo, hi := own.of(i)
+	for k := lo; k < hi; k++ {
+		if a := own.at(k); own.name(&a) == string(name) {
+			return own.attribute(&a), true
 		}
 	}
 	a, ok := s.Spec.Devices[i].Attributes[name]
@@ -88,15 +42,17 @@ func (s *Slice) Attribute(i int, name resourceapi.QualifiedName) (resourceapi.De
 // Attributes returns every attribute of device i: the shared map itself when the device has none
 // of its own, else a new map. Callers must not modify it.
 func (s *Slice) Attributes(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	own := s.ownOf(i)
+	own := s.ownText()
+	lo, hi := own.of(i)
 	shared := s.Spec.Devices[i].Attributes
-	if len(own) == 0 {
+	if lo == hi {
 		return shared
 	}
-	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(shared)+len(own))
+	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(shared)+hi-lo)
 	maps.Copy(out, shared)
-	for k := range own {
-		out[resourceapi.QualifiedName(s.ownName(&own[k]))] = s.ownAttribute(&own[k])
+	for k := lo; k < hi; k++ {
+		a := own.at(k)
+		out[resourceapi.QualifiedName(own.name(&a))] = own.attribute(&a)
 	}
 	return out
 }
@@ -106,17 +62,19 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 	for n, a := range s.Spec.Devices[i].Attributes {
 		f(n, a)
 	}
-	own := s.ownOf(i)
-	for k := range own {
-		f(resourceapi.QualifiedName(s.ownName(&own[k])), s.ownAttribute(&own[k]))
+	own := s.ownText()
+	lo, hi := own.of(i)
+	for k := lo; k < hi; k++ {
+		a := own.at(k)
+		f(resourceapi.QualifiedName(own.name(&a)), own.attribute(&a))
 	}
 }
 
 // Full returns the slice as published (without the metadata the transform dropped). It allocates
 // an attribute map per device that has attributes of its own: use it for a few slices at a time.
 func (s *Slice) Full() *resourceapi.ResourceSlice {
-	out := &resourceapi.ResourceSlice{TypeMeta: s.TypeMeta, ObjectMeta: s.objectMeta(s.Labels), Spec: s.Spec}
-	if len(s.own) == 0 {
+	out := &resourceapi.ResourceSlice{ObjectMeta: s.objectMeta(s.Labels()), Spec: s.Spec}
+	if s.ownText().count() == 0 {
 		return out
 	}
 	out.Spec.Devices = make([]resourceapi.Device, len(s.Spec.Devices))
@@ -130,14 +88,46 @@ func (s *Slice) Full() *resourceapi.ResourceSlice {
 // DeepCopyObject makes Slice a runtime.Object, as the informer's store wants; the copy shares
 // nothing with s.
 func (s *Slice) DeepCopyObject() runtime.Object {
-	out := &Slice{TypeMeta: s.TypeMeta, Meta: s.Meta, Labels: maps.Clone(s.Labels), own: append([]ownAttribute(nil), s.own...), ownText: s.ownText}
+	out := &Slice{Meta: s.Meta}
+	if labels := s.Labels(); labels != nil {
+		out.held = &holding{labels: maps.Clone(labels)}
+	}
 	s.Spec.DeepCopyInto(&out.Spec)
 	return out
 }
 
+// ownText is the slice's own attributes.
+func (s *Slice) ownText() ownText {
+	_, _, rest := s.split()
+	return ownText(rest)
+}
+
+// Labels are the slice's labels. Callers must not modify them.
+func (s *Slice) Labels() map[string]string {
+	if s.held == nil {
+		return nil
+	}
+	return s.held.labels
+}
+
+// withLabels sets the slice's labels.
+func (s *Slice) withLabels(labels map[string]string) {
+	if labels == nil {
+		return
+	}
+	if s.held == nil {
+		s.held = &holding{}
+	}
+	s.held.labels = labels
+}
+
+// GetObjectKind makes Slice a runtime.Object; it carries no type information, which nothing that
+// reads the cache looks at.
+func (s *Slice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
 // GetObjectMeta is what the informer's key function and reflector read of the slice.
 func (s *Slice) GetObjectMeta() metav1.Object {
-	m := s.objectMeta(s.Labels)
+	m := s.objectMeta(s.Labels())
 	return &m
 }
 
@@ -145,23 +135,25 @@ func (s *Slice) GetObjectMeta() metav1.Object {
 type SliceList = CompactList[Slice, *Slice]
 
 // CompactList is a page of the compact objects an informer keeps (a transformed list): client-go's
-// reflector reads its Items and ResourceVersion like any list's.
+// reflector reads its Items and ResourceVersion like any list's. Items are pointers, which the
+// reflector stores as they are: values it would copy one by one into objects of their own, after
+// the list had held them all in one array.
 type CompactList[T any, PT interface {
 	*T
 	runtime.Object
 }] struct {
 	metav1.TypeMeta
 	metav1.ListMeta
-	Items []T
+	Items []PT
 }
 
 // DeepCopyObject makes CompactList a runtime.Object; the copy shares nothing with l.
 func (l *CompactList[T, PT]) DeepCopyObject() runtime.Object {
 	out := &CompactList[T, PT]{TypeMeta: l.TypeMeta}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	out.Items = make([]T, len(l.Items))
+	out.Items = make([]PT, len(l.Items))
 	for i := range l.Items {
-		out.Items[i] = *PT(&l.Items[i]).DeepCopyObject().(PT)
+		out.Items[i] = l.Items[i].DeepCopyObject().(PT)
 	}
 	return out
 }

@@ -33,27 +33,36 @@ func (in *Interner) TransformSlice(obj any) (any, error) {
 }
 
 func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
-	out := &Slice{TypeMeta: s.TypeMeta, Spec: s.Spec}
+	out := &Slice{Spec: s.Spec}
 	var held []*entry
 	// The list's key is read before the lock: a slice of a shape seen before (every node of a
 	// group) takes its list without looking at its devices one by one.
 	var key string
 	var keyed bool
+	var own ownBuilder
 	if s.Spec.Devices != nil {
-		out.Spec.Devices, out.own, out.ownText = ownApart(s.Spec.Devices)
+		out.Spec.Devices = ownApart(s.Spec.Devices, &own)
 		key, keyed = shapeKey(out.Spec.Devices)
 	}
-	in.mu.Lock()
 	// Of the metadata, what identifies the slice; the allocator and the View read only the
 	// spec and the name.
-	out.Meta = metaOf(&s.ObjectMeta)
-	out.Labels = in.labels(s.Labels, &held)
+	out.Meta = newMeta(s.Name, s.UID, s.ResourceVersion, s.Generation, own.encoded())
+	strs := []*string{&out.Name, &out.ids, &out.Spec.Pool.Name}
+	if s.Spec.NodeName != nil {
+		nodeName := *s.Spec.NodeName
+		out.Spec.NodeName = &nodeName
+		strs = append(strs, &nodeName)
+	}
+	oneString(strs...)
+	in.mu.Lock()
+	labels := in.labels(s.Labels, &held)
 	out.Spec.Driver = *in.str(s.Spec.Driver, &held)
 	if out.Spec.Devices != nil {
 		out.Spec.Devices = in.devices(out.Spec.Devices, key, keyed, &held)
 	}
 	out.held = in.hold(held)
 	in.mu.Unlock()
+	out.withLabels(labels)
 	return out
 }
 
@@ -65,7 +74,8 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
 	out := make([]*Slice, len(published))
 	for i, s := range published {
-		w := &Slice{TypeMeta: s.TypeMeta, Meta: metaOf(&s.ObjectMeta), Labels: s.Labels, Spec: s.Spec}
+		w := &Slice{Meta: metaOf(&s.ObjectMeta), Spec: s.Spec}
+		w.withLabels(s.Labels)
 		for j := range s.Spec.Devices {
 			attrs := s.Spec.Devices[j].Attributes
 			kept := withoutCostlyQuantities(attrs)
@@ -83,12 +93,10 @@ func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
 }
 
 // ownApart returns a copy of devices with the attributes that cost more than they say removed
-// and the string and version attributes that vary between devices moved to own and ownText.
-func ownApart(devices []resourceapi.Device) ([]resourceapi.Device, []ownAttribute, string) {
+// and the string and version attributes that vary between devices moved to own.
+func ownApart(devices []resourceapi.Device, own *ownBuilder) []resourceapi.Device {
 	varying := varyingStrings(devices)
 	out := make([]resourceapi.Device, len(devices))
-	var own []ownAttribute
-	var text []byte
 	for i := range devices {
 		d := devices[i]
 		d.Attributes = withoutCostlyQuantities(d.Attributes)
@@ -98,14 +106,13 @@ func ownApart(devices []resourceapi.Device) ([]resourceapi.Device, []ownAttribut
 				continue
 			}
 			value := ptr.Deref(a.StringValue, ptr.Deref(a.VersionValue, ""))
-			if !fitsOwn(string(n), value) {
+			if !own.add(i, string(n), value, a.VersionValue != nil) {
 				continue
 			}
 			if !cloned {
 				attrs, cloned = maps.Clone(d.Attributes), true
 			}
 			delete(attrs, n)
-			own, text = addOwn(own, text, i, string(n), value, a.VersionValue != nil)
 		}
 		if cloned && len(attrs) == 0 {
 			attrs = nil
@@ -113,7 +120,7 @@ func ownApart(devices []resourceapi.Device) ([]resourceapi.Device, []ownAttribut
 		d.Attributes = attrs
 		out[i] = d
 	}
-	return out, own, string(text)
+	return out
 }
 
 // devices (in.mu held) returns a list equal to devices (their own attributes apart), shared with
@@ -180,7 +187,7 @@ func (in *Interner) listSlices(ctx context.Context, o metav1.ListOptions, list f
 	out := &SliceList{}
 	err := listing.InPages(ctx, o, listPageSize, list, func(page *resourceapi.ResourceSliceList) {
 		for i := range page.Items {
-			out.Items = append(out.Items, *in.compact(&page.Items[i]))
+			out.Items = append(out.Items, in.compact(&page.Items[i]))
 		}
 		out.TypeMeta, out.ResourceVersion = page.TypeMeta, page.ResourceVersion
 	})

@@ -31,6 +31,7 @@ func nodeSlice(t testing.TB, node string, spec nodegroups.GroupSpec) *resourceap
 	}
 	return &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.example.com-abcde", UID: "uid-" + "node", ResourceVersion: "42", Generation: 1,
+			Labels:          map[string]string{"example.com/rack": "r1"},
 			Annotations:     map[string]string{"a": "b"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: "n"}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "plugin", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)}}},
@@ -54,6 +55,7 @@ func TestTransformSlice(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := nodeSlice(t, "node-a", tc.spec), nodeSlice(t, "node-b", tc.spec)
+			a.UID = "0b7a4d8e-1f0c-4f2e-8c1a-3b2c1d0e9f8a" // as the API server makes them
 			before := a.DeepCopy()
 			outA, err := in.TransformSlice(a)
 			if err != nil {
@@ -90,7 +92,7 @@ func TestTransformSlice(t *testing.T) {
 					t.Errorf("device %d: RangeAttributes gave %d attributes, want %d", i, len(seen), len(d.Attributes))
 				}
 			}
-			wantMeta := metav1.ObjectMeta{Name: a.Name, UID: a.UID, ResourceVersion: "42", Generation: 1}
+			wantMeta := metav1.ObjectMeta{Name: a.Name, UID: a.UID, ResourceVersion: "42", Generation: 1, Labels: a.Labels}
 			if got := ta.Full().ObjectMeta; !apiequality.Semantic.DeepEqual(got, wantMeta) {
 				t.Errorf("metadata %+v, want only %+v", got, wantMeta)
 			}
@@ -232,7 +234,7 @@ func TestTransformEvent(t *testing.T) {
 		}
 	}
 	bookmark := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9"}}
-	if e, ok := in.transformEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !ok || e.Object.(*Slice).ResourceVersion != "9" {
+	if e, ok := in.transformEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !ok || e.Object.(*Slice).ResourceVersion() != "9" {
 		t.Errorf("bookmark: %+v", e)
 	}
 	status := &metav1.Status{Message: "too old"}
@@ -246,11 +248,20 @@ func TestTransformEvent(t *testing.T) {
 func TestTransformSliceOwnAttributes(t *testing.T) {
 	long := strings.Repeat("x", math.MaxUint16+1)
 	dev := func(i int) resourceapi.Device {
+		uuid := fmt.Sprintf("6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f8%d", i)
 		return resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			"uuid":     {StringValue: ptr.To(fmt.Sprintf("GPU-%d", i))},
 			"firmware": {VersionValue: ptr.To(fmt.Sprintf("1.%d.0", i))},
 			"blob":     {StringValue: ptr.To(long + fmt.Sprint(i))},
 			"model":    {StringValue: ptr.To("M")},
+			// UUIDs are kept packed; what is not quite one (upper case, a digit too many or
+			// a letter past f) is kept as it is, and every one reads back as published.
+			"gpuUUID": {StringValue: ptr.To("GPU-" + uuid)},
+			"bare":    {StringValue: ptr.To(uuid)},
+			"upper":   {StringValue: ptr.To(strings.ToUpper(uuid))},
+			"longer":  {StringValue: ptr.To(uuid + "0")},
+			"notHex":  {StringValue: ptr.To(strings.Replace(uuid, "f", "g", 1))},
+			"dashes":  {VersionValue: ptr.To(strings.ReplaceAll(uuid, "-", "0"))},
 		}}
 	}
 	s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
@@ -263,8 +274,8 @@ func TestTransformSliceOwnAttributes(t *testing.T) {
 	if full := kept.Full(); !apiequality.Semantic.DeepEqual(full.Spec, s.Spec) {
 		t.Fatal("Full() is not the slice as published")
 	}
-	if len(kept.own) != 6 {
-		t.Errorf("%d attributes kept apart, want uuid and firmware of 3 devices", len(kept.own))
+	if kept.ownText().count() != 3*8 {
+		t.Errorf("%d attributes kept apart, want all but blob and model of 3 devices", kept.ownText().count())
 	}
 	for i := range s.Spec.Devices {
 		if _, ok := kept.Spec.Devices[i].Attributes["blob"]; !ok {

@@ -85,7 +85,7 @@ func listDigests(ctx context.Context, o metav1.ListOptions, list func(context.Co
 	err := listing.InPages(ctx, o, templatePageSize, list, func(page *resourceapi.ResourceClaimTemplateList) {
 		for i := range page.Items {
 			if d, unlabelled := digestTemplate(&page.Items[i]); d != nil && !unlabelled {
-				out.Items = append(out.Items, *d)
+				out.Items = append(out.Items, d)
 			}
 		}
 		out.ResourceVersion = page.ResourceVersion

@@ -188,8 +188,8 @@ func fleetIndex(s *feasibility.Snapshot, fl *deviceusage.Fleet) map[int]*deviceu
 			elsewhere[dev.ID()] = dev
 			continue
 		}
-		for _, di := range s.NodeDevices(n) {
-			if s.DeviceIs(di, dev.Driver, dev.Pool, dev.Name) {
+		for _, dn := range s.NodeDevices(n) {
+			if di := int(dn); s.DeviceIs(di, dev.Driver, dev.Pool, dev.Name) {
 				devices[di] = dev
 			}
 		}

@@ -191,14 +191,14 @@ func (v *View) matchAll(ctx context.Context, s *Snapshot, exprs []string, refs [
 	}
 	dm := &Matches{Counts: make([]int, len(s.nodes)), Matched: make([]bool, len(s.devices))}
 	p := s.projectionFor(refs, opaque)
-	for _, key := range p.order {
-		members := p.groups[key]
-		if !v.matchesGroup(ctx, exprKey+key, exprs, s.dev(members[0])) {
+	for g, key := range p.order {
+		members := p.members.of(g)
+		if !v.matchesGroup(ctx, exprKey+key, exprs, s.dev(int(members[0]))) {
 			continue
 		}
 		for _, d := range members {
 			dm.Matched[d] = true
-			for _, n := range s.NodesOf(d) {
+			for _, n := range s.NodesOf(int(d)) {
 				dm.Counts[n]++
 			}
 		}
@@ -308,7 +308,8 @@ func (s *Snapshot) ShapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*
 	}
 	var sigs []string
 	var b strings.Builder
-	for _, d := range s.nodeDevices[n] {
+	for _, dn := range s.NodeDevices(n) {
+		d := int(dn)
 		b.Reset()
 		any := false
 		for _, a := range alts {
@@ -386,8 +387,9 @@ func (s *Snapshot) fullSlices(n int) []*resourceapi.ResourceSlice {
 	if out, ok := s.full.Get(n); ok {
 		return out.([]*resourceapi.ResourceSlice)
 	}
-	out := make([]*resourceapi.ResourceSlice, len(s.nodeSlices[n]))
-	for i, sl := range s.nodeSlices[n] {
+	slices := s.nodeSlices.of(n)
+	out := make([]*resourceapi.ResourceSlice, len(slices))
+	for i, sl := range slices {
 		out[i] = sl.Full()
 	}
 	s.full.Add(n, out)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -16,14 +15,11 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
-// device is one published device: entry index of the snapshot's slices[in]. Kept small and
-// without pointers (a fleet has tens of thousands, which the collector then need not scan); dev
-// gives the device with its slice.
+// device is one published device of the snapshot's slices[in]: the slice's devices are numbered
+// one after the other from sliceFirst[in]. Kept small and without pointers (a fleet has tens of
+// thousands, which the collector then need not scan); dev gives the device with its slice.
 type device struct {
-	index int32
-	in    int32
-	// taint indexes snapshot.taints.
-	taint int32
+	in int32
 }
 
 // devRef is device i of a snapshot, with its slice.
@@ -34,8 +30,8 @@ type devRef struct {
 
 // dev returns device i.
 func (s *Snapshot) dev(i int) devRef {
-	d := &s.devices[i]
-	return devRef{slice: s.slices[d.in], index: d.index}
+	in := s.devices[i].in
+	return devRef{slice: s.slices[in], index: int32(i) - s.sliceFirst[in]}
 }
 
 func (d devRef) published() *resourceapi.Device { return &d.slice.Spec.Devices[d.index] }
@@ -60,21 +56,25 @@ func (d devRef) celInput() dracel.Device {
 type Snapshot struct {
 	generation uint64
 	// slices are the published slices as listed.
-	slices    []*inventory.Slice
-	classes   map[string]*resourceapi.DeviceClass
-	nodes     []*inventory.Node // sorted by name
-	nodeIndex map[string]int
+	slices  []*inventory.Slice
+	classes map[string]*resourceapi.DeviceClass
+	// nodes are sorted by name, no two of one name (NodeIndex searches them).
+	nodes []*inventory.Node
 	// nodeSlices are the slices each node sees: its own plus those shared with it.
-	nodeSlices [][]*inventory.Slice
+	nodeSlices flat[*inventory.Slice]
 	// full caches the slices as published of the nodes the allocator ran on (LRU by node, fullSize).
 	full    *lru.Cache
 	devices []device
+	// sliceFirst is the number of each slice's first device.
+	sliceFirst []int32
 	// nodeDevices are the indices of the devices each node can use.
-	nodeDevices [][]int
+	nodeDevices flat[int32]
 	// sliceNodes are the nodes each slice's devices are usable from (nodesOf).
-	sliceNodes [][]int
-	// taints are the devices' taints, each set once (taintKey); taints[0] is none.
-	taints []string
+	sliceNodes flat[int]
+	// taints are the devices' taints, each set once (taintKey); taints[0] is none. deviceTaints
+	// index them by device, nil while no device has a taint, as in most fleets.
+	taints       []string
+	deviceTaints []int32
 	// exact disables grouping of nodes by shape when pools are partitioned or incomplete, where
 	// devices of equal attributes are not interchangeable.
 	exact bool
@@ -100,11 +100,11 @@ type Snapshot struct {
 	verdicts *lru.Cache
 }
 
-// projection groups the devices by the values of the attributes a set of selectors reads.
+// projection groups the devices by the values of the attributes a set of selectors reads: order
+// are the groups' keys, in the order of their first devices, and members the devices of each.
 type projection struct {
-	keys   []string
-	groups map[string][]int
-	order  []string
+	order   []string
+	members flat[int32]
 }
 
 func (v *View) build(gen uint64) (*Snapshot, error) {
@@ -120,7 +120,7 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 	if nodes == nil {
 		nodes = inventory.CompactNodes(inventory.NewInterner(), objs.Nodes)
 	}
-	s := &Snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, nodeIndex: map[string]int{}, sharedDrivers: map[string]bool{},
+	s := &Snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, sharedDrivers: map[string]bool{},
 		projections: map[string]*projection{}, verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
 	for _, c := range classes {
 		s.classes[c.Name] = c
@@ -132,118 +132,13 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 	return s, nil
 }
 
-// indexNodes numbers the nodes, by name: those listed and those the slices name.
-func (s *Snapshot) indexNodes(nodes []*inventory.Node) {
-	addNode := func(n *inventory.Node) {
-		if _, ok := s.nodeIndex[n.Name]; !ok {
-			s.nodeIndex[n.Name] = -1
-			s.nodes = append(s.nodes, n)
-		}
-	}
-	for _, n := range nodes {
-		addNode(n)
-	}
-	// A slice may name a node the cache has not seen (offline inventories list no nodes).
-	for _, sl := range s.slices {
-		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
-			addNode(&inventory.Node{Meta: inventory.Meta{Name: *sl.Spec.NodeName}})
-		}
-	}
-	sort.Slice(s.nodes, func(i, j int) bool { return s.nodes[i].Name < s.nodes[j].Name })
-	for i, n := range s.nodes {
-		s.nodeIndex[n.Name] = i
-	}
-}
-
-// indexDevices numbers the devices of the slices and records which nodes reach each slice, and
-// what makes devices of equal attributes not interchangeable (partitions, incomplete pools).
-func (s *Snapshot) indexDevices() {
-	s.nodeSlices = make([][]*inventory.Slice, len(s.nodes))
-	s.sliceNodes = make([][]int, len(s.slices))
-	s.taints = []string{""}
-	taintIndex := map[string]int32{"": 0}
-	s.nodeDevices = make([][]int, len(s.nodes))
-	var fullNodes []*v1.Node
-	poolSlices := map[string]int{}
-	poolWant := map[string]int64{}
-	for si, sl := range s.slices {
-		pool := sl.Spec.Driver + "/" + sl.Spec.Pool.Name
-		poolSlices[pool]++
-		poolWant[pool] = sl.Spec.Pool.ResourceSliceCount
-		users := s.sliceUsers(sl, &fullNodes)
-		s.sliceNodes[si] = users
-		for _, u := range users {
-			s.nodeSlices[u] = append(s.nodeSlices[u], sl)
-		}
-		if s.addDevices(si, sl, users, taintIndex) {
-			s.exact, s.anyCounters = true, true
-			if s.counterSample == nil {
-				s.counterSample = []*resourceapi.ResourceSlice{sl.Full()}
-			}
-		}
-	}
-	for pool, n := range poolSlices {
-		if int64(n) != poolWant[pool] {
-			s.exact = true
-		}
-	}
-}
-
-// sliceUsers are the nodes that can use the devices of sl. fullNodes are the nodes as the
-// allocator reads them, made at the first slice that needs them.
-func (s *Snapshot) sliceUsers(sl *inventory.Slice, fullNodes *[]*v1.Node) []int {
-	if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
-		return []int{s.nodeIndex[*sl.Spec.NodeName]}
-	}
-	if *fullNodes == nil {
-		// As the allocator reads them, for this build only: kept, they would be the kilobyte a
-		// node that inventory.Node saves.
-		*fullNodes = make([]*v1.Node, len(s.nodes))
-		for i, n := range s.nodes {
-			(*fullNodes)[i] = n.Full()
-		}
-	}
-	var users []int
-	for i, n := range *fullNodes {
-		ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
-		if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
-			users = append(users, i)
-		}
-	}
-	if sl.Spec.PerDeviceNodeSelection != nil {
-		s.exact = true
-	}
-	return users
-}
-
-// addDevices numbers the devices of slice si for the nodes users; counters reports whether the
-// slice has counter sets or a device consuming them.
-func (s *Snapshot) addDevices(si int, sl *inventory.Slice, users []int, taintIndex map[string]int32) (counters bool) {
-	counters = len(sl.Spec.SharedCounters) > 0
-	for i := range sl.Spec.Devices {
-		d := &sl.Spec.Devices[i]
-		counters = counters || len(d.ConsumesCounters) > 0
-		if ptrTrue(d.AllowMultipleAllocations) {
-			s.anyShared = true
-			s.sharedDrivers[sl.Spec.Driver] = true
-		}
-		idx := len(s.devices)
-		taint, ok := taintIndex[taintKey(d.Taints)]
-		if !ok {
-			taint = int32(len(s.taints))
-			taintIndex[taintKey(d.Taints)] = taint
-			s.taints = append(s.taints, taintKey(d.Taints))
-		}
-		s.devices = append(s.devices, device{index: int32(i), in: int32(si), taint: taint})
-		for _, u := range users {
-			s.nodeDevices[u] = append(s.nodeDevices[u], idx)
-		}
-	}
-	return counters
-}
-
 // taintOf is device d's taintKey.
-func (s *Snapshot) taintOf(d int) string { return s.taints[s.devices[d].taint] }
+func (s *Snapshot) taintOf(d int) string {
+	if s.deviceTaints == nil {
+		return ""
+	}
+	return s.taints[s.deviceTaints[d]]
+}
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
 
@@ -344,7 +239,11 @@ func (s *Snapshot) projectionFor(refs []celcheck.Ref, opaque bool) *projection {
 	if p, ok := s.projections[key]; ok {
 		return p
 	}
-	p := &projection{keys: make([]string, len(s.devices)), groups: map[string][]int{}}
+	// Each device's group first, then the groups' members: a list per group would be a slice
+	// header and up to twice its length (append's growth) a group.
+	groupOf := make([]int32, len(s.devices))
+	groups := map[string]int32{}
+	var order []string
 	var b strings.Builder
 	for i := range s.devices {
 		d := s.dev(i)
@@ -371,15 +270,15 @@ func (s *Snapshot) projectionFor(refs []celcheck.Ref, opaque bool) *projection {
 			}
 			k = b.String()
 		}
-		// Devices of a group share its first key: thousands of nodes of one shape keep one string.
-		if g, ok := p.groups[k]; ok {
-			k = p.keys[g[0]]
-		} else {
-			p.order = append(p.order, k)
+		g, ok := groups[k]
+		if !ok {
+			g = int32(len(order))
+			groups[k] = g
+			order = append(order, k)
 		}
-		p.keys[i] = k
-		p.groups[k] = append(p.groups[k], i)
+		groupOf[i] = g
 	}
+	p := &projection{order: order, members: group(len(order), groupOf)}
 	s.projections[key] = p
 	return p
 }
@@ -410,15 +309,14 @@ func (s *Snapshot) NodeName(n int) string { return s.nodes[n].Name }
 
 // NodeIndex is the number of the named node.
 func (s *Snapshot) NodeIndex(name string) (int, bool) {
-	n, ok := s.nodeIndex[name]
-	return n, ok
+	return sort.Find(len(s.nodes), func(i int) int { return strings.Compare(name, s.nodes[i].Name) })
 }
 
 // NodeDevices are the devices node n can use.
-func (s *Snapshot) NodeDevices(n int) []int { return s.nodeDevices[n] }
+func (s *Snapshot) NodeDevices(n int) []int32 { return s.nodeDevices.of(n) }
 
 // NodesOf are the nodes device d is usable from.
-func (s *Snapshot) NodesOf(d int) []int { return s.sliceNodes[s.devices[d].in] }
+func (s *Snapshot) NodesOf(d int) []int { return s.sliceNodes.of(int(s.devices[d].in)) }
 
 // NumDevices is the number of devices; devices are numbered 0..NumDevices()-1.
 func (s *Snapshot) NumDevices() int { return len(s.devices) }

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-dra/gpu-dra/driver/plugin"
 	"github.com/gpu-dra/gpu-dra/driver/simulated"
@@ -86,7 +87,7 @@ func simulatedFleet(b testing.TB, nodes int) *inventory.Objects {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu.example.com-x7k2p", UID: "0b7a4d8e-uid", ResourceVersion: "12345"},
+		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu.example.com-x7k2p", UID: types.UID(fmt.Sprintf("0b7a4d8e-1f0c-4f2e-8c1a-%012x", i)), ResourceVersion: "12345"},
 			Spec: resourceapi.ResourceSliceSpec{Driver: feasibilitytest.Driver, NodeName: &name, Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 				Devices: res.Pools[name].Slices[0].Devices}}
 		data, err := json.Marshal(s)
@@ -98,7 +99,7 @@ func simulatedFleet(b testing.TB, nodes int) *inventory.Objects {
 			b.Fatal(err)
 		}
 		st.Slices = append(st.Slices, decoded)
-		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: "3f1c9a2e-uid", ResourceVersion: "12345",
+		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(fmt.Sprintf("3f1c9a2e-7d4b-4a1e-9b2c-%012x", i)), ResourceVersion: "12345",
 			Labels: map[string]string{v1.LabelHostname: name, v1.LabelArchStable: "amd64", "example.com/group": fmt.Sprint(i % len(groups))}}})
 	}
 	return st
@@ -153,12 +154,13 @@ func BenchmarkInventoryMemory(b *testing.B) {
 }
 
 // keptPerNode bounds the heap the informers keep of a node of 8 GPUs: its slice and its Node as
-// transformed, with their share of the Interner's tables.
-const keptPerNode = 1300
+// transformed, with their share of the Interner's tables (736 bytes, and some room).
+const keptPerNode = 810
 
 // TestInventoryPerNodeBounded: what the webhook keeps of a node stays under keptPerNode bytes.
 // Slices and Nodes each kept a metav1.ObjectMeta (232 bytes, most of them fields nothing reads):
-// 1.6 KB a node, 8 MB at 5,000 nodes.
+// 1.6 KB a node, 8 MB at 5,000 nodes; and then a decoded allocation for each of their strings, a
+// list of held entries each, and their uuids as written: 1.15 KB.
 func TestInventoryPerNodeBounded(t *testing.T) {
 	const nodes = 1000
 	st := simulatedFleet(t, nodes)
@@ -171,5 +173,31 @@ func TestInventoryPerNodeBounded(t *testing.T) {
 		t.Errorf("a node of 8 GPUs keeps %d bytes, want at most %d", per, keptPerNode)
 	} else {
 		t.Logf("a node of 8 GPUs keeps %d bytes", per)
+	}
+}
+
+// indexedPerNode bounds the heap the View's index of the published state (a Snapshot, before any
+// question) keeps of a node of 8 GPUs: the numbering of its devices and the lists that tie it to
+// its slice (90 bytes, and some room).
+const indexedPerNode = 100
+
+// TestViewIndexPerNodeBounded: what the View's index keeps of a node stays under indexedPerNode
+// bytes. Per node and per slice lists of their own and a map entry per node name were over 300
+// bytes a node.
+func TestViewIndexPerNodeBounded(t *testing.T) {
+	const nodes = 1000
+	kept := transformed(t, simulatedFleet(t, nodes))
+	view := New(kept, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
+	start := heapNow()
+	s, err := view.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := heapNow()
+	runtime.KeepAlive(s)
+	if per := (end.inUse - start.inUse) / nodes; per > indexedPerNode {
+		t.Errorf("the index keeps %d bytes a node of 8 GPUs, want at most %d", per, indexedPerNode)
+	} else {
+		t.Logf("the index keeps %d bytes a node of 8 GPUs", per)
 	}
 }
