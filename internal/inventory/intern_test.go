@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -301,5 +302,56 @@ func BenchmarkTransformSlice(b *testing.B) {
 				store[k], _ = in.TransformSlice(inputs[k])
 			}
 		})
+	}
+}
+
+// TestInternerSharesHoldings: the slices (with the same labels) and the nodes of one group share
+// one holding (one cleanup) while any of them lives; a slice with other labels holds another;
+// once all are gone the tables drain, and objects made afterwards share a new holding that
+// drains too.
+func TestInternerSharesHoldings(t *testing.T) {
+	in := NewInterner()
+	node := func(name string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
+			Labels: map[string]string{v1.LabelHostname: name, "zone": "a"}}}
+	}
+	for round := range 2 {
+		// The first of a group holds what it alone uses yet, in a holding of its own.
+		first := in.compact(nodeSlice(t, "node-9", nodegroups.GroupSpec{}))
+		a, b := in.compact(nodeSlice(t, "node-0", nodegroups.GroupSpec{})), in.compact(nodeSlice(t, "node-1", nodegroups.GroupSpec{}))
+		if a.held == nil || a.held != b.held {
+			t.Errorf("round %d: slices of one group hold %p and %p, want one holding", round, a.held, b.held)
+		}
+		labelled := nodeSlice(t, "node-2", nodegroups.GroupSpec{})
+		labelled.Labels = map[string]string{"example.com/rack": "r2"}
+		c := in.compact(labelled)
+		if c.held == a.held {
+			t.Errorf("round %d: a slice with other labels shares the group's holding", round)
+		}
+		if got := c.Labels()["example.com/rack"]; got != "r2" || a.Labels()["example.com/rack"] != "r1" {
+			t.Errorf("round %d: labels %v and %v, want rack r2 and r1", round, c.Labels(), a.Labels())
+		}
+		firstNode := in.node(node("node-9"), keepAll)
+		na, nb := in.node(node("node-0"), keepAll), in.node(node("node-1"), keepAll)
+		if na.held == nil || na.held != nb.held {
+			t.Errorf("round %d: nodes of one group hold %p and %p, want one holding", round, na.held, nb.held)
+		}
+		// The first slice goes: what the other still uses stays in the tables.
+		entries, _ := in.usage()
+		runtime.KeepAlive(a)
+		a = nil
+		if got, _, _ := drained(in, entries, -1); got == 0 {
+			t.Fatalf("round %d: one slice of two gone, the tables are empty", round)
+		}
+		runtime.KeepAlive(b)
+		runtime.KeepAlive(c)
+		runtime.KeepAlive(na)
+		runtime.KeepAlive(nb)
+		runtime.KeepAlive(first)
+		runtime.KeepAlive(firstNode)
+		first, firstNode, b, c, na, nb = nil, nil, nil, nil, nil, nil
+		if entries, bytes, ok := drained(in, 0, 0); !ok {
+			t.Fatalf("round %d: every object gone, tables hold %d entries, %d bytes", round, entries, bytes)
+		}
 	}
 }

@@ -126,7 +126,7 @@ func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
 		var held []*entry
 		in.mu.Lock()
 		out.shape = in.nodeShape(&sh, &held)
-		out.held = in.hold(held)
+		out.held = in.hold(held, nil)
 		in.mu.Unlock()
 	}
 	for name, q := range n.Status.Allocatable {

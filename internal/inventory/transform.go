@@ -60,9 +60,8 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	if out.Spec.Devices != nil {
 		out.Spec.Devices = in.devices(out.Spec.Devices, key, keyed, &held)
 	}
-	out.held = in.hold(held)
+	out.held = in.hold(held, labels)
 	in.mu.Unlock()
-	out.withLabels(labels)
 	return out
 }
 

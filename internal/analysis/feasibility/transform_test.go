@@ -155,7 +155,7 @@ func BenchmarkInventoryMemory(b *testing.B) {
 
 // keptPerNode bounds the heap the informers keep of a node of 8 GPUs: its slice and its Node as
 // transformed, with their share of the Interner's tables (736 bytes, and some room).
-const keptPerNode = 810
+const keptPerNode = 740
 
 // TestInventoryPerNodeBounded: what the webhook keeps of a node stays under keptPerNode bytes.
 // Slices and Nodes each kept a metav1.ObjectMeta (232 bytes, most of them fields nothing reads):
