@@ -154,7 +154,7 @@ func BenchmarkInventoryMemory(b *testing.B) {
 }
 
 // keptPerNode bounds the heap the informers keep of a node of 8 GPUs: its slice and its Node as
-// transformed, with their share of the Interner's tables (736 bytes, and some room).
+// transformed, with their share of the Interner's tables (672 bytes, and some room).
 const keptPerNode = 740
 
 // TestInventoryPerNodeBounded: what the webhook keeps of a node stays under keptPerNode bytes.
