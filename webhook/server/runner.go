@@ -56,8 +56,8 @@ type Runner struct {
 
 // NewRunner creates the runner with the webhook server, probes and metrics configured from o.
 // The webhook server watches CertDir and serves renewed certificates without a restart, and
-// bounds every connection by o.Timeouts. The probe and metrics ports are bound here, so that a
-// port in use is an error before anything starts.
+// bounds every connection by o.Timeouts. The probe port is bound here, so that a port in use is
+// an error before anything starts; the metrics server binds its own when it starts.
 func NewRunner(cfg *rest.Config, o *Options) (*Runner, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
