@@ -173,9 +173,10 @@ func (in *Interner) releaseLocked(e *entry) {
 // maxSharedSet is the most entries a set in holds has: a slice's driver, labels and device list.
 const maxSharedSet = 4
 
-// holding is what a kept object holds of the tables: a token of its own allocation (with a
-// pointer, so never batched with others) that every copy of the object shares, whose cleanup
-// releases the entries the object took once no copy is left.
+// holding is what kept objects hold of the tables: a token of its own allocation (with a
+// pointer, so never batched with others) that every copy of an object shares, and the objects
+// that hold the same shared entries too (hold), whose cleanup releases the entries once none of
+// them is left.
 type holding struct {
 	// labels are a slice's labels: slices rarely have any, and here they cost a Slice nothing.
 	labels map[string]string
