@@ -226,12 +226,14 @@ type httpServer struct {
 }
 
 func (s *httpServer) Start(ctx context.Context) error {
+	// The webhook port's bounds on headers and idle connections: probes and scrapes are small.
+	t := DefaultTimeouts()
 	srv := &http.Server{
 		Handler:           s.handler,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: t.ReadHeader,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    t.MaxHeaderBytes,
 	}
 	klog.FromContext(ctx).Info("Serving", "server", s.name, "address", s.listener.Addr().String())
 	return serveUntilDone(ctx, srv, s.listener, s.name)
