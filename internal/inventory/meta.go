@@ -63,19 +63,27 @@ func uvarint(s string) (int, string) {
 
 // split returns the uid, the resourceVersion and the rest.
 func (m *Meta) split() (types.UID, string, string) {
-	if m.ids == "" {
-		return "", "", ""
-	}
-	n, s := uvarint(m.ids)
-	uid, s := s[:n>>idsFlags], s[n>>idsFlags:]
-	if n&idsPackedUID != 0 {
+	uid, packed, rv, rest := m.fields()
+	if packed {
 		uid = string(unpackUUID(nil, uid))
 	}
-	if n&idsRest == 0 {
-		return types.UID(uid), s, ""
+	return types.UID(uid), rv, rest
+}
+
+// fields returns the uid as kept (packed: its 16 bytes), the resourceVersion and the rest,
+// without allocating: the rest (a slice's own attributes) is read for every device a check
+// looks at.
+func (m *Meta) fields() (uid string, packed bool, rv, rest string) {
+	if m.ids == "" {
+		return "", false, "", ""
 	}
-	n, s = uvarint(s)
-	return types.UID(uid), s[:n], s[n:]
+	n, s := uvarint(m.ids)
+	uid, s = s[:n>>idsFlags], s[n>>idsFlags:]
+	if n&idsRest == 0 {
+		return uid, n&idsPackedUID != 0, s, ""
+	}
+	k, s := uvarint(s)
+	return uid, n&idsPackedUID != 0, s[:k], s[k:]
 }
 
 // UID is the object's metadata.uid.

@@ -98,7 +98,7 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 
 // ownText is the slice's own attributes.
 func (s *Slice) ownText() ownText {
-	_, _, rest := s.split()
+	_, _, _, rest := s.fields()
 	return ownText(rest)
 }
 
