@@ -86,6 +86,13 @@ func (m *Meta) fields() (uid string, packed bool, rv, rest string) {
 	return uid, n&idsPackedUID != 0, s[:k], s[k:]
 }
 
+// sameUID: m and o are of objects with the same uid; read without unpacking it.
+func (m *Meta) sameUID(o *Meta) bool {
+	a, packedA, _, _ := m.fields()
+	b, packedB, _, _ := o.fields()
+	return a == b && packedA == packedB
+}
+
 // UID is the object's metadata.uid.
 func (m *Meta) UID() types.UID {
 	uid, _, _ := m.split()
