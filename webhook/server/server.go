@@ -156,6 +156,13 @@ func newHandlers(cs kubernetes.Interface, o *Options, groups *nodegroups.Config)
 
 // run starts the inventory informers and the feature probes, and returns when ctx ends.
 func (h *handlers) run(ctx context.Context) {
+	collectOftenWhile(func() { h.start(ctx) })
+	<-ctx.Done()
+}
+
+// start starts the informers and the probes and returns once the initial lists are in and
+// indexed (or ctx ended).
+func (h *handlers) start(ctx context.Context) {
 	h.informers.Start(ctx)
 	h.claims.Start(ctx)
 	// Find out what the API server serves now rather than at the first request that needs it,
@@ -178,7 +185,24 @@ func (h *handlers) run(ctx context.Context) {
 		cancel()
 		debug.FreeOSMemory()
 	}
-	<-ctx.Done()
+}
+
+// startGCPercent is the collector's target (GOGC) while the initial lists come in: every page
+// decoded is garbage next to the little the caches keep of it, and at the usual target the
+// pages pile up to twice what is kept before a collection, leaving what is kept spread over
+// twice the spans. At 5,000 nodes it lowered the start's peak by 7.5 MiB and the footprint after
+// it by 0.8 MiB (docs/performance.md), for collections of a heap of a few megabytes.
+const startGCPercent = 25
+
+// collectOftenWhile runs f with the collector's target at startGCPercent, unless GOGC set it
+// lower or off, and then puts back what GOGC set.
+func collectOftenWhile(f func()) {
+	prev := debug.SetGCPercent(startGCPercent)
+	defer debug.SetGCPercent(prev)
+	if prev < 0 || prev < startGCPercent {
+		debug.SetGCPercent(prev)
+	}
+	f()
 }
 
 // refresh asks the API server again what it serves. The chart's classes get back the
