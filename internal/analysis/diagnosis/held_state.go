@@ -22,7 +22,7 @@ const heldCacheSize = 256
 type heldState struct {
 	snapshot *feasibility.Snapshot
 	fleet    *deviceusage.Fleet
-	devices  map[int]*deviceusage.Device
+	devices  fleetIndex
 	answers  *lru.Cache
 }
 
@@ -153,5 +153,5 @@ func (h *Held) build() (*heldState, error) {
 	for _, observe := range h.observers {
 		observe(Rebuilt{Slices: s.Slices(), Fleet: fl, Claims: claims})
 	}
-	return &heldState{snapshot: s, fleet: fl, devices: fleetIndex(s, fl), answers: lru.New(heldCacheSize)}, nil
+	return &heldState{snapshot: s, fleet: fl, devices: indexFleet(s, fl), answers: lru.New(heldCacheSize)}, nil
 }
