@@ -12,6 +12,7 @@ package deviceusage
 
 import (
 	"cmp"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,19 +60,12 @@ const (
 	SelectedNodes = "<selected nodes>"
 )
 
-// Device is one published device and its use.
+// Device is one published device and its use. Its Source and Kind are shared with the other
+// devices of its slice (of its kind): read-only, as the rest.
 type Device struct {
-	Driver string `json:"driver"`
-	Pool   string `json:"pool"`
-	Name   string `json:"name"`
-	// Node is the node the device is local to, or AllNodes or SelectedNodes.
-	Node string `json:"node"`
-	// Model is the device's "model" attribute in its driver's domain, "" when it has none.
-	Model string `json:"model,omitempty"`
-	// Memory is the device's "memory" capacity in its driver's domain. Memory and Capacity are
-	// shared between devices of one shape: read-only.
-	Memory   *resource.Quantity                              `json:"memory,omitempty"`
-	Capacity map[resourceapi.QualifiedName]resource.Quantity `json:"capacity,omitempty"`
+	*Source
+	Name string `json:"name"`
+	*Kind
 	// Shared: the device allows several allocations at once (allowMultipleAllocations).
 	Shared bool    `json:"shared,omitempty"`
 	Taints []Taint `json:"taints,omitempty"`
@@ -92,6 +86,33 @@ type Device struct {
 	// slice and device are the published objects (DeviceTaintRules applied).
 	slice  *resourceapi.ResourceSlice
 	device *resourceapi.Device
+}
+
+// Source is the driver and pool that publish a device. The devices of a slice share one: a fleet
+// is kept for long (the webhook keeps two of 40,000 devices), and these are 32 bytes a device.
+type Source struct {
+	Driver string `json:"driver"`
+	Pool   string `json:"pool"`
+}
+
+// Kind is where a device is and what it is, shared by the devices of a slice that are alike
+// (all, mostly): 48 bytes a device otherwise.
+type Kind struct {
+	// Node is the node the device is local to, or AllNodes or SelectedNodes.
+	Node string `json:"node"`
+	// Model is the device's "model" attribute in its driver's domain, "" when it has none.
+	Model string `json:"model,omitempty"`
+	// Memory is the device's "memory" capacity in its driver's domain. Memory and Capacity are
+	// shared between devices of one shape.
+	Memory   *resource.Quantity                              `json:"memory,omitempty"`
+	Capacity map[resourceapi.QualifiedName]resource.Quantity `json:"capacity,omitempty"`
+}
+
+// same: k and o are alike, their capacities the same values (capacities hands out one copy per
+// shape, so a device's are its neighbour's when they are alike).
+func (k *Kind) same(o *Kind) bool {
+	return k.Node == o.Node && k.Model == o.Model && k.Memory == o.Memory &&
+		reflect.ValueOf(k.Capacity).UnsafePointer() == reflect.ValueOf(o.Capacity).UnsafePointer()
 }
 
 // ID is the device's identity as the allocator knows it.
@@ -225,23 +246,29 @@ func (f *Fleet) addDevices(rules map[structured.DeviceID][]string) map[structure
 	f.Devices = make([]*Device, 0, n)
 	byID := make(map[structured.DeviceID]*Device, n)
 	caps := newCapacities()
+	var kind *Kind
 	for _, sl := range f.Slices {
+		source := &Source{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name}
 		node := sliceNode(sl)
 		for i := range sl.Spec.Devices {
 			d := &sl.Spec.Devices[i]
+			k := Kind{Node: node}
+			if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
+				k.Node = deviceNode(d)
+			}
+			if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
+				k.Model = *a.StringValue
+			}
+			c := caps.of(sl.Spec.Driver, d.Capacity)
+			k.Capacity, k.Memory = c.all, c.memory
+			if kind == nil || !kind.same(&k) {
+				kind = &k
+			}
 			dev := &Device{
-				Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Name: d.Name, Node: node,
+				Source: source, Name: d.Name, Kind: kind,
 				Shared: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations,
 				slice:  sl, device: d,
 			}
-			if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
-				dev.Node = deviceNode(d)
-			}
-			if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
-				dev.Model = *a.StringValue
-			}
-			c := caps.of(sl.Spec.Driver, d.Capacity)
-			dev.Capacity, dev.Memory = c.all, c.memory
 			id := dev.ID()
 			dev.Taints = taintsOf(d.Taints, rules[id])
 			dev.Healthy = true
