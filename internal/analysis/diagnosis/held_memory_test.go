@@ -15,8 +15,8 @@ import (
 
 // heldPerDevice bounds the heap one held state keeps of a busy device, at bigHeld's 40,000
 // allocated GPUs, beyond what the last state shares with it: its fleet device, its allocation, the
-// allocator's state and its share of the index by snapshot device (462 bytes, and some room).
-const heldPerDevice = 480
+// allocator's state and its share of the index by snapshot device (450 bytes, and some room).
+const heldPerDevice = 470
 
 // TestHeldStatePerDeviceBounded: what one held state keeps stays under heldPerDevice bytes a busy
 // device. A rebuild publishes its state while the last one is still read, so the webhook holds two.
