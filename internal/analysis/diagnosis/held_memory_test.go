@@ -20,7 +20,8 @@ const heldPerDevice = 470
 
 // TestHeldStatePerDeviceBounded: what one held state keeps stays under heldPerDevice bytes a busy
 // device. A rebuild publishes its state while the last one is still read, so the webhook holds two.
-// It kept 686: a copy of every slice for each state and a map entry per device for the index.
+// It kept 659: a copy of every slice for each state, map entries per device to find devices by ID
+// and by snapshot index, and the driver, pool, node and model strings of every device.
 func TestHeldStatePerDeviceBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a fleet of 40,000 GPUs")
