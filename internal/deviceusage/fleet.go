@@ -61,8 +61,8 @@ const (
 )
 
 // Device is one published device and its use. Its Source and Kind are shared with the other
-// devices of its slice (of its kind): read-only, as the rest. They are embedded so that their
-// fields read, and print as JSON, as the device's own.
+// devices of its slice that are alike, and are read-only. They are embedded so that their fields
+// read, and print and decode as JSON, as the device's own.
 type Device struct {
 	*Source
 	Name string `json:"name"`
