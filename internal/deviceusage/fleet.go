@@ -264,7 +264,9 @@ func (f *Fleet) addDevices(rules map[structured.DeviceID][]string) map[structure
 			c := caps.of(sl.Spec.Driver, d.Capacity)
 			k.Capacity, k.Memory = c.all, c.memory
 			if kind == nil || !kind.same(&k) {
-				kind = &k
+				// A copy, so that k stays on the stack for the devices like the last.
+				shared := k
+				kind = &shared
 			}
 			dev := &Device{Source: source, Name: d.Name, Kind: kind, device: d}
 			id := dev.ID()
