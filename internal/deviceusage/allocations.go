@@ -13,8 +13,8 @@ import (
 // addAllocations records each allocated claim on its devices and gathers the AllocatedState the
 // way the scheduler does (pkg/scheduler/framework/plugins/dynamicresources, foreachAllocatedDevice):
 // admin access holds nothing, a result with a shareID is one share of a shared device and
-// consumes capacity, any other result holds its device.
-func (f *Fleet) addAllocations(claims []*Claim) {
+// consumes capacity, any other result holds its device. byID are the fleet's devices.
+func (f *Fleet) addAllocations(claims []*Claim, byID map[structured.DeviceID]*Device) {
 	f.state = structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
@@ -48,7 +48,7 @@ func (f *Fleet) addAllocations(claims []*Claim) {
 			default:
 				f.state.AllocatedDevices.Insert(id)
 			}
-			d := f.byID[id]
+			d := byID[id]
 			if d == nil {
 				a.Device = id.String()
 				f.Unpublished = append(f.Unpublished, a)

@@ -12,6 +12,7 @@ package deviceusage
 
 import (
 	"cmp"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,21 +60,13 @@ const (
 	SelectedNodes = "<selected nodes>"
 )
 
-// Device is one published device and its use.
+// Device is one published device and its use. Its Source and Kind are shared with the other
+// devices of its slice that are alike, and are read-only. They are embedded so that their fields
+// read, and print and decode as JSON, as the device's own.
 type Device struct {
-	Driver string `json:"driver"`
-	Pool   string `json:"pool"`
-	Name   string `json:"name"`
-	// Node is the node the device is local to, or AllNodes or SelectedNodes.
-	Node string `json:"node"`
-	// Model is the device's "model" attribute in its driver's domain, "" when it has none.
-	Model string `json:"model,omitempty"`
-	// Memory is the device's "memory" capacity in its driver's domain. Memory and Capacity are
-	// shared between devices of one shape: read-only.
-	Memory   *resource.Quantity                              `json:"memory,omitempty"`
-	Capacity map[resourceapi.QualifiedName]resource.Quantity `json:"capacity,omitempty"`
-	// Shared: the device allows several allocations at once (allowMultipleAllocations).
-	Shared bool    `json:"shared,omitempty"`
+	*Source
+	Name string `json:"name"`
+	*Kind
 	Taints []Taint `json:"taints,omitempty"`
 	// Healthy is false when a taint keeps new claims off the device (NoSchedule, NoExecute), or
 	// when the caller found a Fault.
@@ -89,9 +82,39 @@ type Device struct {
 	// CountersShort are the counter sets that have too little left for the device (StateBlocked).
 	CountersShort []string `json:"countersShort,omitempty"`
 
-	// slice and device are the published objects (DeviceTaintRules applied).
-	slice  *resourceapi.ResourceSlice
+	// device is the device as published (DeviceTaintRules applied).
 	device *resourceapi.Device
+}
+
+// Source is the driver and pool that publish a device. The devices of a slice share one: a fleet
+// is kept for long (the webhook keeps two of 40,000 devices), and these are 32 bytes a device.
+type Source struct {
+	Driver string `json:"driver"`
+	Pool   string `json:"pool"`
+	// slice publishes the devices (DeviceTaintRules applied).
+	slice *resourceapi.ResourceSlice
+}
+
+// Kind is where a device is and what it is, shared by the devices of a slice that are alike
+// (all, mostly): 56 bytes a device otherwise.
+type Kind struct {
+	// Node is the node the device is local to, or AllNodes or SelectedNodes.
+	Node string `json:"node"`
+	// Model is the device's "model" attribute in its driver's domain, "" when it has none.
+	Model string `json:"model,omitempty"`
+	// Memory is the device's "memory" capacity in its driver's domain. Memory and Capacity are
+	// shared between devices of one shape.
+	Memory   *resource.Quantity                              `json:"memory,omitempty"`
+	Capacity map[resourceapi.QualifiedName]resource.Quantity `json:"capacity,omitempty"`
+	// Shared: the device allows several allocations at once (allowMultipleAllocations).
+	Shared bool `json:"shared,omitempty"`
+}
+
+// same: k and o are alike, their capacities the same values (capacities hands out one copy per
+// shape, so a device's are its neighbour's when they are alike).
+func (k *Kind) same(o *Kind) bool {
+	return k.Node == o.Node && k.Model == o.Model && k.Memory == o.Memory && k.Shared == o.Shared &&
+		reflect.ValueOf(k.Capacity).UnsafePointer() == reflect.ValueOf(o.Capacity).UnsafePointer()
 }
 
 // ID is the device's identity as the allocator knows it.
@@ -151,12 +174,29 @@ type Fleet struct {
 	// scheduler's allocator sees them.
 	Slices []*resourceapi.ResourceSlice
 
-	byID  map[structured.DeviceID]*Device
+	// byID are the positions in Devices ordered by ID, for Device: 4 bytes a device where a map
+	// would take 60, for as long as the fleet is kept (the webhook keeps two of 40,000 devices).
+	byID  []int32
 	state structured.AllocatedState
 }
 
 // Device returns the device with id, or nil.
-func (f *Fleet) Device(id structured.DeviceID) *Device { return f.byID[id] }
+func (f *Fleet) Device(id structured.DeviceID) *Device {
+	return f.DeviceNamed(id.Driver.String(), id.Pool.String(), id.Device.String())
+}
+
+// DeviceNamed returns the device name of the driver's pool, or nil: Device for a caller that has
+// the names, which need not be made a DeviceID (unique.Make of each) to be looked up.
+func (f *Fleet) DeviceNamed(driver, pool, name string) *Device {
+	i, found := slices.BinarySearchFunc(f.byID, 0, func(at int32, _ int) int {
+		d := f.Devices[at]
+		return cmp.Or(cmp.Compare(d.Driver, driver), cmp.Compare(d.Pool, pool), cmp.Compare(d.Name, name))
+	})
+	if !found {
+		return nil
+	}
+	return f.Devices[f.byID[i]]
+}
 
 // AllocatedState is what the scheduler passes to its allocator for the current claims: devices
 // held exclusively, shares of shared devices and the capacity they consume. Admin access does not
@@ -165,7 +205,7 @@ func (f *Fleet) AllocatedState() structured.AllocatedState { return f.state }
 
 // Build computes the fleet from in.
 func Build(in Input) *Fleet {
-	f := &Fleet{byID: map[structured.DeviceID]*Device{}}
+	f := &Fleet{}
 	var rules map[structured.DeviceID][]string
 	f.Slices, rules = applyTaintRules(in.Slices, in.TaintRules)
 	claims := claimsOf(in)
@@ -175,46 +215,12 @@ func Build(in Input) *Fleet {
 			return !busy[poolKey{sl.Spec.Driver, sl.Spec.Pool.Name}]
 		})
 	}
-	caps := newCapacities()
-	for _, sl := range f.Slices {
-		node := sliceNode(sl)
-		for i := range sl.Spec.Devices {
-			d := &sl.Spec.Devices[i]
-			dev := &Device{
-				Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, Name: d.Name, Node: node,
-				Shared: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations,
-				slice:  sl, device: d,
-			}
-			if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
-				dev.Node = deviceNode(d)
-			}
-			if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
-				dev.Model = *a.StringValue
-			}
-			c := caps.of(sl.Spec.Driver, d.Capacity)
-			dev.Capacity, dev.Memory = c.all, c.memory
-			id := dev.ID()
-			dev.Taints = taintsOf(d.Taints, rules[id])
-			dev.Healthy = true
-			for _, t := range d.Taints {
-				if blocksScheduling(t.Effect) {
-					dev.Healthy = false
-				}
-			}
-			if _, dup := f.byID[id]; dup {
-				// Two slices of one pool publish the same device while the driver replaces a
-				// slice; the allocator uses the first, so does the fleet.
-				continue
-			}
-			f.byID[id] = dev
-			f.Devices = append(f.Devices, dev)
-		}
-	}
+	byID := f.addDevices(rules)
 	sortStable(f.Devices, func(a, b *Device) int {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.Pool, b.Pool),
 			cmp.Compare(a.slice.Name, b.slice.Name))
 	})
-	f.addAllocations(claims)
+	f.addAllocations(claims, byID)
 	f.addCounters()
 	for _, d := range f.Devices {
 		switch {
@@ -228,7 +234,72 @@ func Build(in Input) *Fleet {
 			d.State = StateFree
 		}
 	}
+	f.indexByID()
 	return f
+}
+
+// addDevices lists the devices of the fleet's slices, in the order of the slices, and returns them
+// by ID.
+func (f *Fleet) addDevices(rules map[structured.DeviceID][]string) map[structured.DeviceID]*Device {
+	n := 0
+	for _, sl := range f.Slices {
+		n += len(sl.Spec.Devices)
+	}
+	f.Devices = make([]*Device, 0, n)
+	byID := make(map[structured.DeviceID]*Device, n)
+	caps := newCapacities()
+	var kind *Kind
+	for _, sl := range f.Slices {
+		source := &Source{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, slice: sl}
+		node := sliceNode(sl)
+		for i := range sl.Spec.Devices {
+			d := &sl.Spec.Devices[i]
+			k := Kind{Node: node, Shared: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations}
+			if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
+				k.Node = deviceNode(d)
+			}
+			if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
+				k.Model = *a.StringValue
+			}
+			c := caps.of(sl.Spec.Driver, d.Capacity)
+			k.Capacity, k.Memory = c.all, c.memory
+			if kind == nil || !kind.same(&k) {
+				// A copy, so that k stays on the stack for the devices like the last.
+				shared := k
+				kind = &shared
+			}
+			dev := &Device{Source: source, Name: d.Name, Kind: kind, device: d}
+			id := dev.ID()
+			dev.Taints = taintsOf(d.Taints, rules[id])
+			dev.Healthy = true
+			for _, t := range d.Taints {
+				if blocksScheduling(t.Effect) {
+					dev.Healthy = false
+				}
+			}
+			if _, dup := byID[id]; dup {
+				// Two slices of one pool publish the same device while the driver replaces a
+				// slice; the allocator uses the first, so does the fleet.
+				continue
+			}
+			byID[id] = dev
+			f.Devices = append(f.Devices, dev)
+		}
+	}
+	return byID
+}
+
+// indexByID orders the devices by ID for Device. Devices ordered by node are mostly in that
+// order already (a node's pool is named after it), which sortStable checks first.
+func (f *Fleet) indexByID() {
+	f.byID = make([]int32, len(f.Devices))
+	for i := range f.byID {
+		f.byID[i] = int32(i)
+	}
+	sortStable(f.byID, func(a, b int32) int {
+		da, db := f.Devices[a], f.Devices[b]
+		return cmp.Or(cmp.Compare(da.Driver, db.Driver), cmp.Compare(da.Pool, db.Pool), cmp.Compare(da.Name, db.Name))
+	})
 }
 
 // Holders are the allocations that hold the device: admin access only watches it. Read-only: it

@@ -218,3 +218,35 @@ func TestCapacitiesShared(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceLookup: Device finds each device by its ID whatever the order of nodes, pools and
+// names, and of two slices publishing one device the first, as the allocator does.
+func TestDeviceLookup(t *testing.T) {
+	inPool := func(pool string, s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+		s.Spec.Pool.Name = pool
+		return s
+	}
+	fl := Build(Input{Slices: []*resourceapi.ResourceSlice{
+		// Pools named otherwise than their nodes, devices not in order of their names.
+		inPool("z-pool", slice("s-z", "a-node", gpu("gpu-2", "M"), gpu("gpu-1", "first"), gpu("gpu-0", "M"))),
+		inPool("a-pool", slice("s-a", "b-node", gpu("gpu-0", "M"))),
+		inPool("z-pool", slice("s-y", "a-node", gpu("gpu-1", "second"), gpu("gpu-3", "M"))),
+	}})
+	for _, tc := range []struct {
+		pool, name string
+		// model is the model of the device found, "" for none.
+		model string
+	}{
+		{"z-pool", "gpu-0", "M"}, {"z-pool", "gpu-1", "first"}, {"z-pool", "gpu-2", "M"}, {"z-pool", "gpu-3", "M"},
+		{"a-pool", "gpu-0", "M"},
+		{"a-pool", "gpu-1", ""}, {"a-node", "gpu-0", ""}, {"b-node", "gpu-0", ""},
+	} {
+		d := fl.Device(structured.MakeDeviceID(drv, tc.pool, tc.name))
+		switch {
+		case tc.model == "" && d != nil:
+			t.Errorf("%s/%s: found %s/%s, want none", tc.pool, tc.name, d.Pool, d.Name)
+		case tc.model != "" && (d == nil || d.Pool != tc.pool || d.Name != tc.name || d.Model != tc.model):
+			t.Errorf("%s/%s: found %+v, want the device of model %s", tc.pool, tc.name, d, tc.model)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"math"
 	"runtime"
 	"strconv"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpu-dra/gpu-dra/internal/allocs"
 	"github.com/gpu-dra/gpu-dra/internal/nodegroups"
 )
 
@@ -60,33 +60,6 @@ func drained(in *Interner, wantEntries, wantBytes int) (entries, bytes int, ok b
 	return entries, bytes, false
 }
 
-// heapRetained is the heap that what build returns holds. The garbage it leaves may hold more
-// until the cleanups of the objects it dropped have run, so it collects until the heap stops
-// shrinking.
-func heapRetained(build func() any) int64 {
-	before := settledHeap()
-	kept := build()
-	after := settledHeap()
-	runtime.KeepAlive(kept)
-	return after - before
-}
-
-func settledHeap() int64 {
-	var m runtime.MemStats
-	last := int64(math.MaxInt64)
-	for range 20 {
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		if h := int64(m.HeapAlloc); h < last-last/1000 {
-			last = h
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		break
-	}
-	return int64(m.HeapAlloc)
-}
-
 // TestInternerHeapBoundedByBudget: 2,000 slices with device lists of their own, kept as the
 // informer keeps them, hold no more heap through the Interner (its tables and what each slice
 // holds of them) than its budget and a few words a slice.
@@ -102,7 +75,7 @@ func TestInternerHeapBoundedByBudget(t *testing.T) {
 		return out
 	}
 	// The same slices sharing the same values, without the Interner.
-	values := heapRetained(func() any {
+	values := allocs.Retained(func() any {
 		kept := build()
 		for i, s := range kept {
 			kept[i] = &Slice{Meta: s.Meta, Spec: s.Spec}
@@ -110,7 +83,7 @@ func TestInternerHeapBoundedByBudget(t *testing.T) {
 		in = nil
 		return kept
 	})
-	kept := heapRetained(func() any { return build() })
+	kept := allocs.Retained(func() any { return build() })
 	// What a slice may hold of the Interner besides its budget: its holding and the holding's
 	// cleanup, and a reference to its driver and to its list or to each part of its devices.
 	perSlice := int64(64 + 64 + 2*8*(2+3*devices))

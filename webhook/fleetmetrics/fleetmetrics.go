@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/diagnosis"
 	"github.com/gpu-dra/gpu-dra/internal/deviceschema"
@@ -197,7 +196,7 @@ func (c *Collector) countDevices(published []*inventory.Slice, fleet *deviceusag
 		for i := range sl.Spec.Devices {
 			use := deviceusage.UseFree
 			if inBusy {
-				if d := fleet.Device(structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, sl.Spec.Devices[i].Name)); d != nil {
+				if d := fleet.DeviceNamed(sl.Spec.Driver, sl.Spec.Pool.Name, sl.Spec.Devices[i].Name); d != nil {
 					use = d.Use()
 				}
 			}

@@ -115,9 +115,8 @@ type diagnoser struct {
 	fl        *deviceusage.Fleet
 	namespace string
 	spec      *resourceapi.ResourceClaimSpec
-	// devices are the fleet's devices by snapshot index (none for a device the fleet lacks: a
-	// free one, when the fleet has only its busy pools).
-	devices map[int]*deviceusage.Device
+	// devices are the fleet's devices by snapshot index.
+	devices fleetIndex
 	// features are what the allocator runs with.
 	features structured.Features
 }
@@ -147,7 +146,7 @@ func Diagnose(ctx context.Context, v *feasibility.View, namespace string, spec *
 	if err != nil {
 		return nil, err
 	}
-	diag, err := newDiagnoser(ctx, v, s, namespace, spec, fl, fleetIndex(s, fl)).run(ctx)
+	diag, err := newDiagnoser(ctx, v, s, namespace, spec, fl, indexFleet(s, fl)).run(ctx)
 	if err != nil || diag.Allocatable || !waitsForOthers(diag) {
 		return diag, err
 	}
@@ -155,7 +154,7 @@ func Diagnose(ctx context.Context, v *feasibility.View, namespace string, spec *
 	// every device free, and add what the claim itself cannot do (its constraints, requests that
 	// only fit one by one), so nobody waits for nothing.
 	freeFleet := deviceusage.Build(deviceusage.Input{Slices: fl.Slices, BusyPoolsOnly: true})
-	free, err := newDiagnoser(ctx, v, s, namespace, spec, freeFleet, fleetIndex(s, freeFleet)).run(ctx)
+	free, err := newDiagnoser(ctx, v, s, namespace, spec, freeFleet, indexFleet(s, freeFleet)).run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -168,40 +167,8 @@ func Diagnose(ctx context.Context, v *feasibility.View, namespace string, spec *
 	return diag, nil
 }
 
-func newDiagnoser(ctx context.Context, v *feasibility.View, s *feasibility.Snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet, devices map[int]*deviceusage.Device) *diagnoser {
+func newDiagnoser(ctx context.Context, v *feasibility.View, s *feasibility.Snapshot, namespace string, spec *resourceapi.ResourceClaimSpec, fl *deviceusage.Fleet, devices fleetIndex) *diagnoser {
 	return &diagnoser{v: v, s: s, fl: fl, namespace: namespace, spec: spec, devices: devices, features: v.Features(ctx, s)}
-}
-
-// fleetIndex maps the snapshot index of each device of fl to it. It depends on s and fl only:
-// Held builds it with the fleet, once for every question about them.
-func fleetIndex(s *feasibility.Snapshot, fl *deviceusage.Fleet) map[int]*deviceusage.Device {
-	devices := make(map[int]*deviceusage.Device, len(fl.Devices))
-	// A fleet of busy pools is small and the view large: look each fleet device up among its
-	// node's devices, and only those local to no known node among all.
-	var elsewhere map[structured.DeviceID]*deviceusage.Device
-	for _, dev := range fl.Devices {
-		n, ok := s.NodeIndex(dev.Node)
-		if !ok {
-			if elsewhere == nil {
-				elsewhere = map[structured.DeviceID]*deviceusage.Device{}
-			}
-			elsewhere[dev.ID()] = dev
-			continue
-		}
-		for _, dn := range s.NodeDevices(n) {
-			if di := int(dn); s.DeviceIs(di, dev.Driver, dev.Pool, dev.Name) {
-				devices[di] = dev
-			}
-		}
-	}
-	if len(elsewhere) > 0 {
-		for i := range s.NumDevices() {
-			if dev := elsewhere[s.DeviceID(i)]; dev != nil {
-				devices[i] = dev
-			}
-		}
-	}
-	return devices
 }
 
 func (d *diagnoser) run(ctx context.Context) (*Diagnosis, error) {
@@ -327,7 +294,7 @@ func (j *judged) enough(n int) bool {
 
 // obstacleOf says what keeps device di from request r, in the order the allocator checks.
 func (d *diagnoser) obstacleOf(di int, r *feasibility.Request) obstacle {
-	dev := d.devices[di]
+	dev := d.devices.of(di)
 	if dev == nil {
 		return obstacleNone
 	}
@@ -420,7 +387,7 @@ func (d *diagnoser) holdersOn(j *judged, nodes []string) []string {
 		if o != obstacleAllocated || !slices.ContainsFunc(d.s.NodesOf(di), func(n int) bool { return on[n] }) {
 			continue
 		}
-		for _, a := range d.devices[di].Holders() {
+		for _, a := range d.devices.of(di).Holders() {
 			if h := a.Holder(); !seen[h] {
 				seen[h] = true
 				out = append(out, h)

@@ -165,7 +165,7 @@ func (d *diagnoser) constraintsPossible(all []*judged, candidates []int) ([]int,
 
 func (d *diagnoser) anyShared(matched []bool) bool {
 	for di, m := range matched {
-		if m && d.devices[di] != nil && d.devices[di].Shared {
+		if m && d.devices.of(di) != nil && d.devices.of(di).Shared {
 			return true
 		}
 	}
@@ -246,7 +246,7 @@ func (d *diagnoser) firstFit(ctx context.Context, candidates []int, spec *resour
 
 // useKey tells devices apart by their current use, which the allocator sees through the state.
 func (d *diagnoser) useKey(di int) string {
-	dev := d.devices[di]
+	dev := d.devices.of(di)
 	if dev == nil {
 		// Not in a fleet of busy pools: as free as a free device.
 		return string(deviceusage.StateFree)

@@ -256,7 +256,7 @@ func (d *diagnoser) tally(j *judged, on map[int]bool) *tally {
 			continue
 		}
 		t.count[o]++
-		dev := d.devices[di]
+		dev := d.devices.of(di)
 		switch o {
 		case obstacleAllocated:
 			for _, a := range dev.Holders() {
@@ -359,7 +359,7 @@ func tolerationFix(d *diagnoser, j *judged) string {
 		if o != obstacleTainted {
 			continue
 		}
-		taints := untolerated(d.devices[di], j.Request)
+		taints := untolerated(d.devices.of(di), j.Request)
 		if len(taints) == 0 {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
 
 // heldCacheSize bounds the HeldNow answers remembered per fleet.
@@ -22,8 +23,10 @@ const heldCacheSize = 256
 type heldState struct {
 	snapshot *feasibility.Snapshot
 	fleet    *deviceusage.Fleet
-	devices  map[int]*deviceusage.Device
+	devices  fleetIndex
 	answers  *lru.Cache
+	// slices are what the fleet was built on: snapshot.Slices() as the fleet reads them.
+	slices []*resourceapi.ResourceSlice
 }
 
 // stateOf returns the last fleet built if it is of s, however many claims changed since: the
@@ -141,10 +144,12 @@ func (h *Held) build() (*heldState, error) {
 	// its attributes (the allocator runs on the slices as published): the slices as kept serve,
 	// without building an attribute map for every device of the cluster. Only the busy pools'
 	// devices are kept: a free one is no obstacle.
-	kept := make([]*resourceapi.ResourceSlice, len(s.Slices()))
-	for i, sl := range s.Slices() {
-		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
+	var before []*inventory.Slice
+	var beforeKept []*resourceapi.ResourceSlice
+	if last := h.state.Load(); last != nil {
+		before, beforeKept = last.snapshot.Slices(), last.slices
 	}
+	kept := keptSlices(s.Slices(), before, beforeKept)
 	uses := make([]*deviceusage.Claim, len(claims))
 	for i, c := range claims {
 		uses[i] = &c.Claim
@@ -153,5 +158,33 @@ func (h *Held) build() (*heldState, error) {
 	for _, observe := range h.observers {
 		observe(Rebuilt{Slices: s.Slices(), Fleet: fl, Claims: claims})
 	}
-	return &heldState{snapshot: s, fleet: fl, devices: fleetIndex(s, fl), answers: lru.New(heldCacheSize)}, nil
+	return &heldState{snapshot: s, fleet: fl, devices: indexFleet(s, fl), answers: lru.New(heldCacheSize), slices: kept}, nil
+}
+
+// keptSlices are the published slices as the fleet reads them: the spec under the name. Those of
+// them the last fleet was built on too (before, kept as beforeKept) are taken from it: a slice
+// changes far less often than claims do, and the new state and the last one, which stays published
+// while the new one is built, share them rather than each holding a copy of every slice.
+func keptSlices(published, before []*inventory.Slice, beforeKept []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	var at map[*inventory.Slice]int
+	kept := make([]*resourceapi.ResourceSlice, len(published))
+	for i, sl := range published {
+		// A change moves few slices, if any: where they were is the place to look first.
+		j, ok := i, i < len(before) && before[i] == sl
+		if !ok && len(before) > 0 {
+			if at == nil {
+				at = make(map[*inventory.Slice]int, len(before))
+				for k, b := range before {
+					at[b] = k
+				}
+			}
+			j, ok = at[sl]
+		}
+		if ok {
+			kept[i] = beforeKept[j]
+			continue
+		}
+		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
+	}
+	return kept
 }

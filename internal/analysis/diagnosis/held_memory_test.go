@@ -1,0 +1,107 @@
+package diagnosis
+
+import (
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpu-dra/gpu-dra/internal/allocs"
+	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility/feasibilitytest"
+	"github.com/gpu-dra/gpu-dra/internal/inventory"
+)
+
+// heldPerDevice bounds the heap one held state keeps of a busy device, at bigHeld's 40,000
+// allocated GPUs, beyond what the last state shares with it: its fleet device, its allocation, the
+// allocator's state and its share of the index by snapshot device (450 bytes, and some room).
+const heldPerDevice = 470
+
+// TestHeldStatePerDeviceBounded: what one held state keeps stays under heldPerDevice bytes a busy
+// device. A rebuild publishes its state while the last one is still read, so the webhook holds two.
+// It kept 659: a copy of every slice for each state, map entries per device to find devices by ID
+// and by snapshot index, and the driver, pool, node and model strings of every device.
+func TestHeldStatePerDeviceBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a fleet of 40,000 GPUs")
+	}
+	view, _, claims := bigHeld(t, time.Minute)
+	kept, err := claims.Claims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHeld(view, fixedClaims(kept))
+	// The view's index of the published state is the view's, not the held state's; and the last
+	// state stays published while the next one is built.
+	last, err := h.build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.state.Store(last)
+	var st *heldState
+	retained := allocs.Retained(func() any {
+		st, err = h.build()
+		return st
+	})
+	// The claims are the lister's, kept by the informer: the state shares their strings.
+	runtime.KeepAlive(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.fleet.Devices); n != bigHeldClaims {
+		t.Fatalf("the held state has %d devices, want %d", n, bigHeldClaims)
+	}
+	if per := retained / bigHeldClaims; per > heldPerDevice {
+		t.Errorf("a held state keeps %d bytes a busy device, want at most %d", per, heldPerDevice)
+	} else {
+		t.Logf("a held state keeps %d bytes a busy device", per)
+	}
+}
+
+// fixedClaims is a ClaimLister of claims as kept.
+type fixedClaims []*inventory.Claim
+
+func (c fixedClaims) Claims() ([]*inventory.Claim, error) { return c, nil }
+
+// TestKeptSlicesShared: a rebuild takes the last state's copy of each slice it was built on too,
+// wherever the slice moved in the list, and makes one of each slice that is new or changed.
+func TestKeptSlicesShared(t *testing.T) {
+	published := inventory.Compact(inventory.NewInterner(), []*resourceapi.ResourceSlice{
+		feasibilitytest.GPUSlice("a", 1, feasibilitytest.Fixed("A"), "1Gi"),
+		feasibilitytest.GPUSlice("b", 1, feasibilitytest.Fixed("B"), "1Gi"),
+		feasibilitytest.GPUSlice("c", 1, feasibilitytest.Fixed("C"), "1Gi"),
+	})
+	a, b, c := published[0], published[1], published[2]
+	first := keptSlices(published, nil, nil)
+	for i, sl := range first {
+		if sl.Name != published[i].Name || sl.Spec.Pool.Name != published[i].Spec.Pool.Name {
+			t.Fatalf("slice %d kept as %s of pool %s, want %s of pool %s", i, sl.Name, sl.Spec.Pool.Name, published[i].Name, published[i].Spec.Pool.Name)
+		}
+	}
+	changed := inventory.Compact(inventory.NewInterner(), []*resourceapi.ResourceSlice{
+		feasibilitytest.GPUSlice("b", 2, feasibilitytest.Fixed("B"), "1Gi")})[0]
+	for _, tc := range []struct {
+		name      string
+		published []*inventory.Slice
+		// want[i] is the index in first of slice i's copy, -1 for a new one.
+		want []int
+	}{
+		{"unchanged", []*inventory.Slice{a, b, c}, []int{0, 1, 2}},
+		{"one gone", []*inventory.Slice{a, c}, []int{0, 2}},
+		{"reordered", []*inventory.Slice{c, a, b}, []int{2, 0, 1}},
+		{"one changed", []*inventory.Slice{a, changed, c}, []int{0, -1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := keptSlices(tc.published, published, first)
+			for i, sl := range got {
+				switch w := tc.want[i]; {
+				case w >= 0 && sl != first[w]:
+					t.Errorf("slice %d: a copy of its own, want the last state's", i)
+				case w < 0 && (slices.Contains(first, sl) || len(sl.Spec.Devices) != len(tc.published[i].Spec.Devices)):
+					t.Errorf("slice %d: the last state's copy, want one of the changed slice", i)
+				}
+			}
+		})
+	}
+}
