@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpu-dra/gpu-dra/internal/allocs"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 )
 
@@ -171,7 +172,7 @@ func TestKeptClaimHeapBounded(t *testing.T) {
 	// The names all claims share are interned before the count starts.
 	first := transformClaim(decode(docs[0]))
 	kept := make([]*Claim, n)
-	held := heapRetained(func() any {
+	held := allocs.Retained(func() any {
 		for i, doc := range docs {
 			kept[i] = transformClaim(decode(doc))
 		}
