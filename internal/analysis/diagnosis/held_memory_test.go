@@ -105,3 +105,39 @@ func TestKeptSlicesShared(t *testing.T) {
 		})
 	}
 }
+
+// idlePerDevice bounds what a held state keeps a device when no claim holds any: its share of
+// the index by snapshot device (4 bytes) and some room.
+const idlePerDevice = 8
+
+// TestIdleHeldStateSmall: with no claim allocated the held state keeps next to nothing. It kept a
+// copy of every published slice for the next build (54 bytes a device at 8 GPUs a slice), which
+// only the slices the fleet holds anyway need.
+func TestIdleHeldStateSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a fleet of 40,000 GPUs")
+	}
+	view, _, _ := bigHeld(t, time.Minute)
+	h := NewHeld(view, fixedClaims(nil))
+	// The view's index of the published state is the view's, not the held state's. No state is
+	// published: the one measured takes nothing from another.
+	if _, err := view.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	var st *heldState
+	var err error
+	retained := allocs.Retained(func() any {
+		st, err = h.build()
+		return st
+	})
+	runtime.KeepAlive(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := int64(bigNodes * gpusPerNode)
+	if per := retained / devices; per > idlePerDevice {
+		t.Errorf("an idle held state keeps %d bytes a device, want at most %d", per, idlePerDevice)
+	} else {
+		t.Logf("an idle held state keeps %d bytes a device", per)
+	}
+}
