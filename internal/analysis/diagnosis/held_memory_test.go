@@ -39,16 +39,8 @@ func TestHeldStatePerDeviceBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.state.Store(last)
-	var st *heldState
-	retained := allocs.Retained(func() any {
-		st, err = h.build()
-		return st
-	})
 	// The claims are the lister's, kept by the informer: the state shares their strings.
-	runtime.KeepAlive(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, retained := retainedBuild(t, h)
 	if n := len(st.fleet.Devices); n != bigHeldClaims {
 		t.Fatalf("the held state has %d devices, want %d", n, bigHeldClaims)
 	}
@@ -57,6 +49,23 @@ func TestHeldStatePerDeviceBounded(t *testing.T) {
 	} else {
 		t.Logf("a held state keeps %d bytes a busy device", per)
 	}
+}
+
+// retainedBuild builds a held state of h and returns it with the heap it keeps beyond what h
+// holds.
+func retainedBuild(t *testing.T, h *Held) (*heldState, int64) {
+	t.Helper()
+	var st *heldState
+	var err error
+	retained := allocs.Retained(func() any {
+		st, err = h.build()
+		return st
+	})
+	runtime.KeepAlive(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, retained
 }
 
 // fixedClaims is a ClaimLister of claims as kept.
@@ -124,16 +133,7 @@ func TestIdleHeldStateSmall(t *testing.T) {
 	if _, err := view.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	var st *heldState
-	var err error
-	retained := allocs.Retained(func() any {
-		st, err = h.build()
-		return st
-	})
-	runtime.KeepAlive(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, retained := retainedBuild(t, h)
 	devices := int64(bigNodes * gpusPerNode)
 	if per := retained / devices; per > idlePerDevice {
 		t.Errorf("an idle held state keeps %d bytes a device, want at most %d", per, idlePerDevice)
