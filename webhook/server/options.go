@@ -38,6 +38,8 @@ type Options struct {
 	Resync                 time.Duration
 	// Timeouts of the webhook server's connections.
 	Timeouts Timeouts
+	// MaxRequestsInFlight bounds the requests the webhook server handles at once (limitInFlight).
+	MaxRequestsInFlight int
 	// ShutdownDelay is how long the webhook keeps serving, not ready, after SIGTERM (see Run).
 	ShutdownDelay time.Duration
 
@@ -69,6 +71,7 @@ func NewOptions() *Options {
 		HealthProbeBindAddress:   ":8081",
 		MetricsBindAddress:       ":8080",
 		Timeouts:                 DefaultTimeouts(),
+		MaxRequestsInFlight:      DefaultMaxRequestsInFlight,
 		ShutdownDelay:            DefaultShutdownDelay,
 		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
 		Namespace:                cliflag.PodNamespace(),
@@ -87,6 +90,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the probe endpoints /healthz and /readyz (0 disables)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus endpoint /metrics (0 disables)")
 	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0 disables resyncs)")
+	fs.IntVar(&o.MaxRequestsInFlight, "max-requests-in-flight", o.MaxRequestsInFlight, "most requests the webhook server handles at once; the others wait for a place as long as the API server waits for them")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, how long to report not ready and keep serving before shutting down, so that the Service's endpoints drop this replica first (the pod's terminationGracePeriodSeconds must exceed it)")
 	cliflag.List(fs, "excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(namespaces []string) error {
 		o.ExcludedNamespaces = namespaces
@@ -125,6 +129,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxTemplatesPerNamespace < 1 {
 		errs = append(errs, fmt.Errorf("--max-templates-per-namespace=%d: use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace))
+	}
+	if o.MaxRequestsInFlight < 1 {
+		errs = append(errs, fmt.Errorf("--max-requests-in-flight=%d: use at least 1, e.g. %d", o.MaxRequestsInFlight, DefaultMaxRequestsInFlight))
 	}
 	if o.ShutdownDelay < 0 || o.ShutdownDelay > maxShutdownDelay {
 		errs = append(errs, fmt.Errorf("--shutdown-delay=%s: use 0s..%s, e.g. %s", o.ShutdownDelay, maxShutdownDelay, DefaultShutdownDelay))

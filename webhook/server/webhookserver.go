@@ -54,12 +54,14 @@ type webhookServer struct {
 	webhook.Server
 	opts     webhook.Options
 	timeouts Timeouts
-	started  atomic.Bool
+	// maxInFlight bounds the requests handled at once (limitInFlight).
+	maxInFlight int
+	started     atomic.Bool
 }
 
-func newWebhookServer(opts webhook.Options, timeouts Timeouts) *webhookServer {
+func newWebhookServer(opts webhook.Options, timeouts Timeouts, maxInFlight int) *webhookServer {
 	opts.WebhookMux = http.NewServeMux()
-	return &webhookServer{Server: webhook.NewServer(opts), opts: opts, timeouts: timeouts}
+	return &webhookServer{Server: webhook.NewServer(opts), opts: opts, timeouts: timeouts, maxInFlight: maxInFlight}
 }
 
 // Start serves until ctx ends, then shuts down gracefully as controller-runtime's does.
@@ -87,7 +89,7 @@ func (s *webhookServer) Start(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           s.opts.WebhookMux,
+		Handler:           limitInFlight(s.opts.WebhookMux, s.maxInFlight),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ReadHeaderTimeout: s.timeouts.ReadHeader,
 		ReadTimeout:       s.timeouts.Read,
