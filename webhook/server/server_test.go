@@ -80,6 +80,7 @@ func TestValidate(t *testing.T) {
 	o.DriverName = "GPU_Example"
 	o.Port = 0
 	o.MaxTemplatesPerNamespace = 0
+	o.MaxRequestsInFlight = 0
 	o.HealthProbeBindAddress = ""
 	o.MetricsBindAddress = ":http-metrics"
 	o.ShutdownDelay = -time.Second
@@ -88,7 +89,7 @@ func TestValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("Validate accepted every bad option")
 	}
-	for _, want := range []string{`--driver-name="GPU_Example"`, "--port=0", "--max-templates-per-namespace=0", `--health-probe-bind-address=""`,
+	for _, want := range []string{`--driver-name="GPU_Example"`, "--port=0", "--max-templates-per-namespace=0", "--max-requests-in-flight=0: use at least 1", `--health-probe-bind-address=""`,
 		`--metrics-bind-address=":http-metrics"`, "--device-classes: bad=kubernetes.io/gpu", "--device-classes: an entry has no class name",
 		"--namespace: required (default $POD_NAMESPACE)", "--shutdown-delay=-1s: use 0s..5m0s"} {
 		if !strings.Contains(err.Error(), want) {
