@@ -199,7 +199,7 @@ const startGCPercent = 25
 func collectOftenWhile(f func()) {
 	prev := debug.SetGCPercent(startGCPercent)
 	defer debug.SetGCPercent(prev)
-	if prev < 0 || prev < startGCPercent {
+	if prev < startGCPercent { // lower already, or off (-1)
 		debug.SetGCPercent(prev)
 	}
 	f()
