@@ -146,16 +146,10 @@ func (c *Claim) GetObjectMeta() metav1.Object {
 }
 
 // UID is the claim's uid.
-func (c *Claim) UID() types.UID {
-	uid, _, _ := c.meta().split()
-	return uid
-}
+func (c *Claim) UID() types.UID { return c.meta().UID() }
 
 // ResourceVersion is the claim's resourceVersion as listed or watched.
-func (c *Claim) ResourceVersion() string {
-	_, rv, _ := c.meta().split()
-	return rv
-}
+func (c *Claim) ResourceVersion() string { return c.meta().ResourceVersion() }
 
 func (c *Claim) meta() *Meta { return &Meta{Name: c.Name, ids: c.ids} }
 
