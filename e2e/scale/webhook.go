@@ -173,6 +173,7 @@ type webhook struct {
 	dir                  string
 	ca                   []byte
 	gogc                 int
+	httpClient           *http.Client
 }
 
 // startWebhook writes a serving certificate for localhost and starts bin with the chart's flags,
@@ -292,6 +293,9 @@ func (w *webhook) waitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 func (w *webhook) stop() {
+	if w.httpClient != nil {
+		w.httpClient.CloseIdleConnections()
+	}
 	if w.cmd.Process != nil {
 		_ = w.cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
