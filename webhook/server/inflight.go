@@ -9,6 +9,10 @@ import (
 // few that wait on the API server (pod injection creating a template) do.
 const DefaultMaxRequestsInFlight = 64
 
+// maxMaxRequestsInFlight caps --max-requests-in-flight: more at once than a replica has CPUs for
+// by two orders of magnitude only lets a burst grow the heap again, which the limit is for.
+const maxMaxRequestsInFlight = 4096
+
 // limitInFlight admits at most n requests into next at once; the others wait for a place, each
 // as long as its request lasts (the API server gives up on the webhook after timeoutSeconds and
 // closes the connection). A review in progress holds the review decoded, the checks' state and

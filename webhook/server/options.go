@@ -130,8 +130,8 @@ func (o *Options) Validate() error {
 	if o.MaxTemplatesPerNamespace < 1 {
 		errs = append(errs, fmt.Errorf("--max-templates-per-namespace=%d: use at least 1, e.g. %d", o.MaxTemplatesPerNamespace, podinject.DefaultMaxTemplatesPerNamespace))
 	}
-	if o.MaxRequestsInFlight < 1 {
-		errs = append(errs, fmt.Errorf("--max-requests-in-flight=%d: use at least 1, e.g. %d", o.MaxRequestsInFlight, DefaultMaxRequestsInFlight))
+	if o.MaxRequestsInFlight < 1 || o.MaxRequestsInFlight > maxMaxRequestsInFlight {
+		errs = append(errs, fmt.Errorf("--max-requests-in-flight=%d: use 1..%d, e.g. %d", o.MaxRequestsInFlight, maxMaxRequestsInFlight, DefaultMaxRequestsInFlight))
 	}
 	if o.ShutdownDelay < 0 || o.ShutdownDelay > maxShutdownDelay {
 		errs = append(errs, fmt.Errorf("--shutdown-delay=%s: use 0s..%s, e.g. %s", o.ShutdownDelay, maxShutdownDelay, DefaultShutdownDelay))

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"flag"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -89,7 +90,7 @@ func TestValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("Validate accepted every bad option")
 	}
-	for _, want := range []string{`--driver-name="GPU_Example"`, "--port=0", "--max-templates-per-namespace=0", "--max-requests-in-flight=0: use at least 1", `--health-probe-bind-address=""`,
+	for _, want := range []string{`--driver-name="GPU_Example"`, "--port=0", "--max-templates-per-namespace=0", "--max-requests-in-flight=0: use 1..4096", `--health-probe-bind-address=""`,
 		`--metrics-bind-address=":http-metrics"`, "--device-classes: bad=kubernetes.io/gpu", "--device-classes: an entry has no class name",
 		"--namespace: required (default $POD_NAMESPACE)", "--shutdown-delay=-1s: use 0s..5m0s"} {
 		if !strings.Contains(err.Error(), want) {
@@ -97,6 +98,13 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	t.Setenv("POD_NAMESPACE", "gpu-dra")
+	for n, want := range map[int]string{1: "", maxMaxRequestsInFlight: "", maxMaxRequestsInFlight + 1: "--max-requests-in-flight=4097: use 1..4096, e.g. 64", math.MaxInt: "use 1..4096"} {
+		o := NewOptions()
+		o.MaxRequestsInFlight = n
+		if err := o.Validate(); (err == nil) != (want == "") || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("--max-requests-in-flight=%d: Validate = %v, want %q", n, err, want)
+		}
+	}
 	if o := NewOptions(); o.Namespace != "gpu-dra" {
 		t.Errorf("namespace %q, want $POD_NAMESPACE", o.Namespace)
 	} else if err := o.Validate(); err != nil {
