@@ -42,7 +42,9 @@ step "starting the control plane, Kubernetes v$K8S_VERSION, in network namespace
 mn_control_plane_up
 export KUBECONFIG=$MN_KUBECONFIG
 wait_for 180 "API server ready" sh -c "[ -f '$MN_KUBECONFIG' ] && kubectl get --raw /readyz" mn_check_control_plane
-wait_for 120 "default service account" kubectl get serviceaccount default mn_check_control_plane
+# The controller manager creates it once its informers are in: on a machine busy with builds or
+# another cluster that took over 120 s; a dead component still fails the wait at once (the check).
+wait_for 300 "default service account" kubectl get serviceaccount default mn_check_control_plane
 wait_for 60 "kube-proxy's kubeconfig" test -f "$MN_CERTS/kube-proxy.kubeconfig" mn_check_control_plane
 
 for i in $(seq 1 "$NODES"); do

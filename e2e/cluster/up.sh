@@ -66,7 +66,9 @@ else
 fi
 export KUBECONFIG=$KUBECONFIG_PATH
 wait_api_ready 180
-wait_for 120 "default service account" kubectl get serviceaccount default local_up_check_controlplane
+# The controller manager creates it once its informers are in: on a machine busy with builds or
+# another cluster that took over 120 s; a dead component still fails the wait at once (the check).
+wait_for 300 "default service account" kubectl get serviceaccount default local_up_check_controlplane
 if [ "$MODE" = full ]; then
   # The kubelet's instance signs its client certificate with the CA the control plane's created.
   local_up kubelet "$K8S_VERSION" kubeletonly
