@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
@@ -100,15 +99,12 @@ func TestDeviceClasses(t *testing.T) {
 			}
 
 			// The webhook binary reads the classes from its flags, as the chart renders them.
-			m, _ := r.find("Deployment", "gpu-dra-webhook")
-			var d appsv1.Deployment
-			decode(t, m, &d)
 			opts := server.NewOptions()
 			fs := flag.NewFlagSet("gpu-webhook", flag.ContinueOnError)
 			opts.AddFlags(fs)
 			certs.NewOptions().AddFlags(fs)
 			fs.SetOutput(io.Discard)
-			if err := fs.Parse(d.Spec.Template.Spec.Containers[0].Command[1:]); err != nil {
+			if err := fs.Parse(r.webhookContainer(t).Command[1:]); err != nil {
 				t.Fatalf("gpu-webhook flags: %v", err)
 			}
 			if !slices.Equal(opts.DeviceClasses, wantFlags) {
@@ -165,14 +161,11 @@ func TestExtendedResourceNameDefault(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("extendedResourceName = %q, want %q", got, tc.want)
 			}
-			m, _ := r.find("Deployment", "gpu-dra-webhook")
-			var d appsv1.Deployment
-			decode(t, m, &d)
 			want := obj.Name
 			if tc.want != "" {
 				want += "=" + tc.want
 			}
-			if got := flagValue(d.Spec.Template.Spec.Containers[0].Command, "--device-classes"); got != want {
+			if got := flagValue(r.webhookContainer(t).Command, "--device-classes"); got != want {
 				t.Errorf("webhook --device-classes=%s, want %s", got, want)
 			}
 		})

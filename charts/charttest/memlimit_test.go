@@ -3,8 +3,6 @@ package charttest
 import (
 	"strings"
 	"testing"
-
-	appsv1 "k8s.io/api/apps/v1"
 )
 
 // TestWebhookGoMemLimit: the webhook's GOMEMLIMIT is goMemLimitPercent of its memory limit, in
@@ -35,18 +33,10 @@ func TestWebhookGoMemLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, ok := r.find("Deployment", "gpu-dra-webhook")
-			if !ok {
-				t.Fatal("no webhook Deployment")
-			}
-			var dep appsv1.Deployment
-			decode(t, m, &dep)
 			got := ""
-			for _, c := range dep.Spec.Template.Spec.Containers {
-				for _, e := range c.Env {
-					if c.Name == "webhook" && e.Name == "GOMEMLIMIT" {
-						got = e.Value
-					}
+			for _, e := range r.webhookContainer(t).Env {
+				if e.Name == "GOMEMLIMIT" {
+					got = e.Value
 				}
 			}
 			if got != tc.want {

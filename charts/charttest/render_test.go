@@ -18,6 +18,8 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
 	"helm.sh/helm/v4/pkg/strvals"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-dra/gpu-dra/hack/buildenv"
@@ -200,6 +202,24 @@ func (r rendered) find(kind, name string) (manifest, bool) {
 		}
 	}
 	return manifest{}, false
+}
+
+// webhookContainer is the webhook Deployment's webhook container as rendered.
+func (r rendered) webhookContainer(t testing.TB) corev1.Container {
+	t.Helper()
+	m, ok := r.find("Deployment", "gpu-dra-webhook")
+	if !ok {
+		t.Fatal("no webhook Deployment")
+	}
+	var dep appsv1.Deployment
+	decode(t, m, &dep)
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		if c.Name == "webhook" {
+			return c
+		}
+	}
+	t.Fatal("no webhook container in the webhook Deployment")
+	return corev1.Container{}
 }
 
 func (r rendered) golden() string {
