@@ -13,6 +13,10 @@ import (
 // warningsKey carries the counter of warnings of one load in its requests' context.
 type warningsKey struct{}
 
+// dialsKey carries the counter of connections one load's requests dialed (reviews straight to a
+// webhook: a request that found no idle connection opened one, a TLS handshake on both sides).
+type dialsKey struct{}
+
 // countWarnings is the harness client's warning handler: it counts instead of logging each.
 type countWarnings struct{}
 
@@ -36,6 +40,7 @@ type result struct {
 	Failed   int
 	Timeouts int // the API server could not get an answer from the webhook
 	Warned   int // admitted with a warning (e.g. the feasibility check's)
+	Dials    int // connections dialed (reviews straight to a webhook)
 	Lat      []time.Duration
 	FirstErr string
 	// Steal is the share of the machine's CPU time the host took while the load ran; CPU the
@@ -54,6 +59,7 @@ func (r *result) merge(o *result) {
 	r.Failed += o.Failed
 	r.Timeouts += o.Timeouts
 	r.Warned += o.Warned
+	r.Dials += o.Dials
 	r.Lat = append(r.Lat, o.Lat...)
 	if r.FirstErr == "" {
 		r.FirstErr = o.FirstErr
@@ -74,6 +80,9 @@ func (r *result) P99() time.Duration { return r.percentile(0.99) }
 func (r *result) String() string {
 	s := fmt.Sprintf("%s at %d/s: sent %d, p50 %s, p99 %s, max %s, warned %d, failed %d (webhook not answering %d), skipped %d",
 		r.Name, r.Rate, r.Sent, ms(r.P50()), ms(r.P99()), ms(r.percentile(1)), r.Warned, r.Failed, r.Timeouts, r.Skipped)
+	if r.Dials > 0 {
+		s += fmt.Sprintf(", connections dialed %d", r.Dials)
+	}
 	s += fmt.Sprintf(", host steal %.0f%%, machine busy %.0f%%, webhook CPU %s per request", r.Steal, r.Busy, us(r.CPU))
 	if r.FirstErr != "" {
 		s += ", first error: " + r.FirstErr
@@ -89,9 +98,9 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 // sender), each with its own deadline, and collects the latencies.
 func drive(ctx context.Context, name string, rate, count int, op func(ctx context.Context, i int) error) *result {
 	r := &result{Name: name, Rate: rate}
-	var warned atomic.Int64
-	ctx = context.WithValue(ctx, warningsKey{}, &warned)
-	defer func() { r.Warned = int(warned.Load()) }()
+	var warned, dialed atomic.Int64
+	ctx = context.WithValue(context.WithValue(ctx, warningsKey{}, &warned), dialsKey{}, &dialed)
+	defer func() { r.Warned, r.Dials = int(warned.Load()), int(dialed.Load()) }()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxInFlight)

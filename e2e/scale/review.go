@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -106,6 +108,13 @@ func (l *loader) podObject() []runtime.Object {
 
 // review sends one AdmissionReview and fails unless the webhook allowed it.
 func (r *reviewer) review(ctx context.Context, i int) error {
+	if n, ok := ctx.Value(dialsKey{}).(*atomic.Int64); ok {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+			if !c.Reused {
+				n.Add(1)
+			}
+		}})
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.bodies[i%len(r.bodies)]))
 	if err != nil {
 		return err
