@@ -98,7 +98,7 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	t.Setenv("POD_NAMESPACE", "gpu-dra")
-	for n, want := range map[int]string{1: "", maxMaxRequestsInFlight: "", maxMaxRequestsInFlight + 1: "--max-requests-in-flight=4097: use 1..4096, e.g. 64", math.MaxInt: "use 1..4096"} {
+	for n, want := range map[int]string{1: "", maxMaxRequestsInFlight: "", maxMaxRequestsInFlight + 1: "--max-requests-in-flight=4097: use 1..4096, e.g. 64", math.MaxInt: "use 1..4096", -1: "--max-requests-in-flight=-1: use 1..4096", math.MinInt: "use 1..4096"} {
 		o := NewOptions()
 		o.MaxRequestsInFlight = n
 		if err := o.Validate(); (err == nil) != (want == "") || (err != nil && !strings.Contains(err.Error(), want)) {
