@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,27 @@ type countWarnings struct{}
 func (countWarnings) HandleWarningHeaderWithContext(ctx context.Context, code int, _ string, _ string) {
 	if n, ok := ctx.Value(warningsKey{}).(*atomic.Int64); ok && code == 299 {
 		n.Add(1)
+	}
+}
+
+// driverMemoryLimit is the heap at which the load driver collects its garbage, instead of each
+// time its heap doubles (GOGC=100).
+const driverMemoryLimit = 1 << 30
+
+// collectRarely has the load driver's collector run at driverMemoryLimit only, and returns what
+// puts GOGC and GOMEMLIMIT back. The driver shares the machine's CPUs with the webhooks it
+// measures, keeps 10–25 MB, and at 2,000 reviews a second used to collect twice a second: a
+// collection that stopped its senders and receivers for a few milliseconds left hundreds of
+// reviews waiting, which the webhook then got at once, and that burst grew both heaps, which
+// collected more often still. Stalls of 0.3–0.9 s followed, on whichever webhook was being
+// measured (docs/performance.md, "What the stalls were"). At the limit it collects every few
+// tens of seconds.
+func collectRarely() (restore func()) {
+	gogc := debug.SetGCPercent(-1)
+	limit := debug.SetMemoryLimit(driverMemoryLimit)
+	return func() {
+		debug.SetMemoryLimit(limit)
+		debug.SetGCPercent(gogc)
 	}
 }
 

@@ -22,6 +22,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	defer collectRarely()()
 	r, err := start(ctx, o)
 	defer r.stop()
 	if err != nil {

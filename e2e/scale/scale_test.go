@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"math"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -174,5 +175,26 @@ func TestInterleaved(t *testing.T) {
 	}
 	if !slices.IsSorted(p.fleet.Lat) || !slices.IsSorted(p.base.Lat) {
 		t.Error("merged latencies not sorted")
+	}
+}
+
+// TestCollectRarely: during a run the driver collects at driverMemoryLimit only, and afterwards
+// the process's GOGC and GOMEMLIMIT are what they were.
+func TestCollectRarely(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(150))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(300 << 20))
+	restore := collectRarely()
+	if got := debug.SetGCPercent(-1); got != -1 {
+		t.Errorf("GOGC during a run: %d, want off (-1)", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != driverMemoryLimit {
+		t.Errorf("GOMEMLIMIT during a run: %d, want %d", got, driverMemoryLimit)
+	}
+	restore()
+	if got := debug.SetGCPercent(-1); got != 150 {
+		t.Errorf("GOGC after the run: %d, want 150 as before", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 300<<20 {
+		t.Errorf("GOMEMLIMIT after the run: %d, want %d as before", got, 300<<20)
 	}
 }
