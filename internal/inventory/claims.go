@@ -228,5 +228,5 @@ func (c *Claims) Claims() ([]*Claim, error) {
 	if !c.HasSynced() {
 		return nil, ErrNotSynced
 	}
-	return list[Claim](c.informer), nil
+	return list[Claim](c.informer.GetStore().List()), nil
 }

@@ -22,11 +22,13 @@ import (
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
 // the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
-// (as Nodes: labels only).
+// (as Nodes: labels only). Slices and nodes are kept by reflectors of their own (reflected); the
+// resync period applies to the classes.
 type Informers struct {
-	slices, classes, nodes cache.SharedIndexInformer
-	onChange               func()
-	interner               *Interner
+	slices, nodes *reflected
+	classes       cache.SharedIndexInformer
+	onChange      func()
+	interner      *Interner
 }
 
 // NewInformers prepares the informers; onChange runs after every add, update or delete (use it
@@ -36,7 +38,9 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 	dra := draclient.New(cs)
 	in := NewInterner()
 	i := &Informers{onChange: onChange, interner: in}
-	i.slices = cache.NewSharedIndexInformer(in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{}, resync, nil)
+	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
+	// never holds them decoded all at once.
+	i.slices = newReflected("ResourceSlices", in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{}, nil, nil, i.changed)
 	i.classes = cache.NewSharedIndexInformer(listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return dra.DeviceClasses().List(ctx, o)
@@ -45,44 +49,30 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 			return dra.DeviceClasses().Watch(ctx, o)
 		},
 	}), &resourceapi.DeviceClass{}, resync, nil)
-	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
-	// never holds them decoded all at once. Transforms run before the informers start, so setting
-	// one cannot fail.
+	// A transform set before the informer runs cannot fail.
 	_ = i.classes.SetTransform(TransformClass)
-	// An informer of its own rather than from client-go's informer factory, which links an
-	// informer and a lister of every built-in resource: 0.9 MB of type data, every page of it
-	// resident. No namespace index: nodes have no namespace.
+	// A cache of its own rather than from client-go's informer factory, which links an informer
+	// and a lister of every built-in resource: 0.9 MB of type data, every page of it resident.
+	// A node's status changes every few minutes (heartbeats, conditions) and, with the transform,
+	// leaves nothing the checks read changed: such an update must not throw away the View's index
+	// of thousands of nodes.
 	nodes := cs.CoreV1().Nodes()
-	i.nodes = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+	i.nodes = newReflected("Nodes", cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return nodes.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return nodes.Watch(ctx, o)
 		},
-	}, cs), &v1.Node{}, resync, cache.Indexers{})
-	_ = i.nodes.SetTransform(in.nodeLabelsOnly(keepAllocatable))
-	handler := cache.ResourceEventHandlerFuncs{
+	}, cs), &v1.Node{}, in.nodeLabelsOnly(keepAllocatable), func(oldObj, newObj any) bool {
+		o, ok1 := oldObj.(*Node)
+		n, ok2 := newObj.(*Node)
+		return !ok1 || !ok2 || !sameNode(o, n)
+	}, i.changed)
+	// Registration cannot fail before the informer runs.
+	_, _ = i.classes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { i.changed() },
 		UpdateFunc: func(any, any) { i.changed() },
-		DeleteFunc: func(any) { i.changed() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{i.slices, i.classes} {
-		// Registration cannot fail before the informer runs.
-		_, _ = inf.AddEventHandler(handler)
-	}
-	// A node's status changes every few minutes (heartbeats, conditions) and, with the transform,
-	// leaves nothing the checks read changed: such an update must not throw away the View's index
-	// of thousands of nodes.
-	_, _ = i.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { i.changed() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*Node)
-			n, ok2 := newObj.(*Node)
-			if !ok1 || !ok2 || !sameNode(o, n) {
-				i.changed()
-			}
-		},
 		DeleteFunc: func(any) { i.changed() },
 	})
 	return i
@@ -130,13 +120,13 @@ func (i *Informers) DeviceClasses() []*resourceapi.DeviceClass {
 	if !i.classes.HasSynced() {
 		return nil
 	}
-	return list[resourceapi.DeviceClass](i.classes)
+	return list[resourceapi.DeviceClass](i.classes.GetStore().List())
 }
 
 // NodeAdvertising returns a node whose status.allocatable has more than zero of name (a device
 // plugin advertises it), or "" for none. name must be one NewInformers was told to keep.
 func (i *Informers) NodeAdvertising(name v1.ResourceName) string {
-	for _, o := range i.nodes.GetStore().List() {
+	for _, o := range i.nodes.List() {
 		if n, ok := o.(*Node); ok {
 			if q, ok := n.Allocatable[name]; ok && q.Sign() > 0 {
 				return n.Name
@@ -159,8 +149,7 @@ func (i *Informers) HasSynced() bool {
 	return i.slices.HasSynced() && i.classes.HasSynced() && i.nodes.HasSynced()
 }
 
-func list[T any](inf cache.SharedIndexInformer) []*T {
-	objs := inf.GetStore().List()
+func list[T any](objs []any) []*T {
 	out := make([]*T, 0, len(objs))
 	for _, o := range objs {
 		if t, ok := o.(*T); ok {
@@ -173,7 +162,7 @@ func list[T any](inf cache.SharedIndexInformer) []*T {
 // KubeletBefore returns a node whose kubelet is older than release (e.g. 1.36), "" when there is
 // none; a node that has not reported its kubelet's version yet does not count.
 func (i *Informers) KubeletBefore(release *version.Version) string {
-	for _, n := range list[Node](i.nodes) {
+	for _, n := range list[Node](i.nodes.List()) {
 		if v, err := version.ParseGeneric(n.KubeletVersion()); err == nil && v.LessThan(release) {
 			return n.Name
 		}
@@ -191,8 +180,8 @@ func (i *Informers) Published() (*Objects, error) {
 		return nil, ErrNotSynced
 	}
 	return &Objects{
-		CompactSlices: list[Slice](i.slices),
-		Classes:       list[resourceapi.DeviceClass](i.classes),
-		CompactNodes:  list[Node](i.nodes),
+		CompactSlices: list[Slice](i.slices.List()),
+		Classes:       list[resourceapi.DeviceClass](i.classes.GetStore().List()),
+		CompactNodes:  list[Node](i.nodes.List()),
 	}, nil
 }
