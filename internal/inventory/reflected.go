@@ -60,12 +60,17 @@ func (s *reflectedStore) kept(obj any) (any, error) {
 	return s.transform(obj)
 }
 
-func (s *reflectedStore) Add(obj any) error {
+func (s *reflectedStore) Add(obj any) error { return s.write(obj, s.store.Add) }
+
+func (s *reflectedStore) Delete(obj any) error { return s.write(obj, s.store.Delete) }
+
+// write transforms obj, hands it to op and tells the change.
+func (s *reflectedStore) write(obj any, op func(any) error) error {
 	obj, err := s.kept(obj)
 	if err != nil {
 		return err
 	}
-	if err := s.store.Add(obj); err != nil {
+	if err := op(obj); err != nil {
 		return err
 	}
 	s.r().notify()
@@ -87,18 +92,6 @@ func (s *reflectedStore) Update(obj any) error {
 	if !existed || s.changed == nil || s.changed(old, obj) {
 		s.r().notify()
 	}
-	return nil
-}
-
-func (s *reflectedStore) Delete(obj any) error {
-	obj, err := s.kept(obj)
-	if err != nil {
-		return err
-	}
-	if err := s.store.Delete(obj); err != nil {
-		return err
-	}
-	s.r().notify()
 	return nil
 }
 
