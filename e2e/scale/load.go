@@ -37,8 +37,8 @@ const driverMemoryLimit = 1 << 30
 // collection that stopped its senders and receivers for a few milliseconds left hundreds of
 // reviews waiting, which the webhook then got at once, and that burst grew both heaps, which
 // collected more often still. Stalls of 0.3–0.9 s followed, on whichever webhook was being
-// measured (docs/performance.md, "What the stalls were"). At the limit it collects every few
-// tens of seconds.
+// measured (docs/performance.md, "What the stalls were"). At the limit it collected every one to
+// three minutes in a full run.
 func collectRarely() (restore func()) {
 	gogc := debug.SetGCPercent(-1)
 	limit := debug.SetMemoryLimit(driverMemoryLimit)
