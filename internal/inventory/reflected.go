@@ -28,7 +28,7 @@ type reflected struct {
 // onChange after every add, delete, replacing list and update that changed says changed.
 func newReflected(name string, lw cache.ListerWatcher, expected any, transform cache.TransformFunc, changed func(oldObj, newObj any) bool, onChange func()) *reflected {
 	r := &reflected{store: cache.NewStore(cache.MetaNamespaceKeyFunc), transform: transform, changed: changed, onChange: onChange}
-	r.reflector = cache.NewReflectorWithOptions(lw, expected, (*reflectedStore)(r), cache.ReflectorOptions{Name: name})
+	r.reflector = cache.NewReflectorWithOptions(lw, expected, r, cache.ReflectorOptions{Name: name})
 	return r
 }
 
@@ -47,73 +47,71 @@ func (r *reflected) notify() {
 	}
 }
 
-// reflectedStore is the store the reflector writes to: r's store, with each object transformed
-// and each change told.
-type reflectedStore reflected
+// The reflector writes through the methods below: into r's store, each object transformed and
+// each change told.
+var _ cache.TransformingStore = (*reflected)(nil)
 
-func (s *reflectedStore) r() *reflected { return (*reflected)(s) }
-
-func (s *reflectedStore) kept(obj any) (any, error) {
-	if s.transform == nil {
+func (r *reflected) kept(obj any) (any, error) {
+	if r.transform == nil {
 		return obj, nil
 	}
-	return s.transform(obj)
+	return r.transform(obj)
 }
 
-func (s *reflectedStore) Add(obj any) error { return s.write(obj, s.store.Add) }
+func (r *reflected) Add(obj any) error { return r.write(obj, r.store.Add) }
 
-func (s *reflectedStore) Delete(obj any) error { return s.write(obj, s.store.Delete) }
+func (r *reflected) Delete(obj any) error { return r.write(obj, r.store.Delete) }
 
 // write transforms obj, hands it to op and tells the change.
-func (s *reflectedStore) write(obj any, op func(any) error) error {
-	obj, err := s.kept(obj)
+func (r *reflected) write(obj any, op func(any) error) error {
+	obj, err := r.kept(obj)
 	if err != nil {
 		return err
 	}
 	if err := op(obj); err != nil {
 		return err
 	}
-	s.r().notify()
+	r.notify()
 	return nil
 }
 
-func (s *reflectedStore) Update(obj any) error {
-	obj, err := s.kept(obj)
+func (r *reflected) Update(obj any) error {
+	obj, err := r.kept(obj)
 	if err != nil {
 		return err
 	}
-	old, existed, err := s.store.Get(obj)
+	old, existed, err := r.store.Get(obj)
 	if err != nil {
 		return err
 	}
-	if err := s.store.Update(obj); err != nil {
+	if err := r.store.Update(obj); err != nil {
 		return err
 	}
-	if !existed || s.changed == nil || s.changed(old, obj) {
-		s.r().notify()
+	if !existed || r.changed == nil || r.changed(old, obj) {
+		r.notify()
 	}
 	return nil
 }
 
-func (s *reflectedStore) Replace(list []any, resourceVersion string) error {
+func (r *reflected) Replace(list []any, resourceVersion string) error {
 	for i, obj := range list {
-		kept, err := s.kept(obj)
+		kept, err := r.kept(obj)
 		if err != nil {
 			return err
 		}
 		list[i] = kept
 	}
-	if err := s.store.Replace(list, resourceVersion); err != nil {
+	if err := r.store.Replace(list, resourceVersion); err != nil {
 		return err
 	}
-	s.synced.Store(true)
-	s.r().notify()
+	r.synced.Store(true)
+	r.notify()
 	return nil
 }
 
 // Resync has nothing to do: there is no handler to hand the cache to again.
-func (s *reflectedStore) Resync() error { return nil }
+func (r *reflected) Resync() error { return nil }
 
 // Transformer lets the reflector transform what a streamed initial list (WatchList) gathers in
 // its temporary store as this store would.
-func (s *reflectedStore) Transformer() cache.TransformFunc { return s.transform }
+func (r *reflected) Transformer() cache.TransformFunc { return r.transform }
