@@ -134,6 +134,13 @@ func (c *Claim) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: uid, ResourceVersion: rv}
 }
 
+// GetName is the claim's name: with GetNamespace, what the claims cache sorts claims by
+// (reflected.Named).
+func (c *Claim) GetName() string { return c.Name }
+
+// GetNamespace is the claim's namespace.
+func (c *Claim) GetNamespace() string { return c.Namespace }
+
 // UID is the claim's uid.
 func (c *Claim) UID() types.UID { return c.meta().UID() }
 

@@ -23,7 +23,8 @@ import (
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
 // the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
-// (as Nodes: labels only), each kind in a cache of its own (reflected).
+// (as Nodes: labels only), each kind in a cache of its own (reflected). The resync period applies
+// to the classes: a resync of the slices or nodes would rebuild the View's index for nothing.
 type Informers struct {
 	slices, classes, nodes *reflected.Cache
 	onChange               func()
@@ -40,7 +41,7 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
 	// never holds them decoded all at once.
 	i.slices = reflected.New("ResourceSlices", in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{},
-		reflected.WithHandler(changes(i.changed, nil)), reflected.WithResyncPeriod(resync))
+		reflected.WithHandler(changes(i.changed, nil)))
 	i.classes = reflected.New("DeviceClasses", listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return dra.DeviceClasses().List(ctx, o)
@@ -68,7 +69,7 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 			o, ok1 := oldObj.(*Node)
 			n, ok2 := newObj.(*Node)
 			return ok1 && ok2 && sameNode(o, n)
-		})), reflected.WithResyncPeriod(resync))
+		})))
 	return i
 }
 
@@ -193,3 +194,11 @@ func (i *Informers) Published() (*Objects, error) {
 		CompactNodes:  list[Node](i.nodes.List()),
 	}, nil
 }
+
+// What the caches keep must be reflected.Named.
+var (
+	_ reflected.Named = (*Slice)(nil)
+	_ reflected.Named = (*Node)(nil)
+	_ reflected.Named = (*Claim)(nil)
+	_ reflected.Named = (*resourceapi.DeviceClass)(nil)
+)
