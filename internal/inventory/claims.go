@@ -20,7 +20,6 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/listing"
-	"github.com/gpu-dra/gpu-dra/internal/reflected"
 )
 
 // maxReservedKept bounds the consumers kept of a claim: they only name who holds its devices in
@@ -30,7 +29,7 @@ const maxReservedKept = 4
 // Claims caches every ResourceClaim's allocation (in whichever resource.k8s.io version the server
 // serves, converted to v1), so that a claim can be judged against what the others leave free.
 type Claims struct {
-	cache *reflected.Cache
+	informer cache.SharedIndexInformer
 }
 
 // claimsPageSize is the page of the claim informer's initial list: a page is decoded whole before
@@ -42,12 +41,7 @@ const claimsPageSize = 500
 // list, watch in all namespaces.
 func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *Claims {
 	dra := draclient.New(cs)
-	if onChange == nil {
-		onChange = func() {}
-	}
-	// A resync, or a write of what the transform dropped (the plugin's status.devices, labels),
-	// changes no allocation: the answers found against them stay good (sameKeptClaim).
-	return &Claims{cache: reflected.New("ResourceClaims", listing.Plain(&cache.ListWatch{
+	c := &Claims{informer: cache.NewSharedIndexInformer(listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return listClaims(ctx, o, dra.ResourceClaims("").List)
 		},
@@ -58,7 +52,24 @@ func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *
 			}
 			return watch.Filter(w, transformClaimEvent), nil
 		},
-	}), &Claim{}, reflected.WithHandler(changes(onChange, sameKeptClaim)), reflected.WithResyncPeriod(resync))}
+	}), &Claim{}, resync, nil)}
+	changed := func() {
+		if onChange != nil {
+			onChange()
+		}
+	}
+	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { changed() },
+		UpdateFunc: func(oldObj, newObj any) {
+			// A resync, or a write of what the transform dropped (the plugin's status.devices,
+			// labels), changes no allocation: the answers found against them stay good.
+			if !sameKeptClaim(oldObj, newObj) {
+				changed()
+			}
+		},
+		DeleteFunc: func(any) { changed() },
+	})
+	return c
 }
 
 // listClaims is the claim informer's list: in pages (listing.InPages), each transformed as it arrives,
@@ -134,13 +145,6 @@ func (c *Claim) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: uid, ResourceVersion: rv}
 }
 
-// GetName is the claim's name: with GetNamespace, what the claims cache sorts claims by
-// (reflected.Named).
-func (c *Claim) GetName() string { return c.Name }
-
-// GetNamespace is the claim's namespace.
-func (c *Claim) GetNamespace() string { return c.Namespace }
-
 // UID is the claim's uid.
 func (c *Claim) UID() types.UID { return c.meta().UID() }
 
@@ -213,16 +217,16 @@ func (c *Claim) ownStrings() {
 // Start runs the informer until ctx ends.
 func (c *Claims) Start(ctx context.Context) {
 	klog.FromContext(ctx).V(2).Info("Starting ResourceClaim informer")
-	go c.cache.Run(ctx)
+	go c.informer.RunWithContext(ctx)
 }
 
 // HasSynced reports whether the initial list is in the cache.
-func (c *Claims) HasSynced() bool { return c.cache.HasSynced() }
+func (c *Claims) HasSynced() bool { return c.informer.HasSynced() }
 
 // Claims lists the cached claims, or fails with ErrNotSynced until HasSynced.
 func (c *Claims) Claims() ([]*Claim, error) {
 	if !c.HasSynced() {
 		return nil, ErrNotSynced
 	}
-	return list[Claim](c.cache.List()), nil
+	return list[Claim](c.informer.GetStore().List()), nil
 }

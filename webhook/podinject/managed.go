@@ -14,7 +14,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/internal/listing"
-	"github.com/gpu-dra/gpu-dra/internal/reflected"
 )
 
 // DefaultMaxTemplatesPerNamespace bounds the managed templates of one namespace: each distinct
@@ -27,12 +26,10 @@ const DefaultMaxTemplatesPerNamespace = 64
 // their way into it. It counts them per namespace for the bound, tells whether a template
 // exists and what it says, and reports deletions.
 type managedTemplates struct {
-	cache *reflected.Cache
-	max   int
+	informer cache.SharedIndexInformer
+	max      int
 
 	mu sync.Mutex
-	// deleted is told of each managed template deleted from the cluster (onDelete).
-	deleted func(namespace, name string)
 	// pending are templates this replica created or is creating that the informer has not shown
 	// yet, by namespace and name, with when they were reserved: without them a burst of distinct
 	// requests would all pass the bound before the first creation came back through the watch.
@@ -60,21 +57,23 @@ func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTem
 			return watch.Filter(w, digestEvent), nil
 		},
 	}
-	m := &managedTemplates{max: maxPerNamespace, pending: map[string]map[string]time.Time{}}
-	// A reservation ends as soon as the watch shows its template: from then on the cache counts
+	m := &managedTemplates{
+		informer: cache.NewSharedIndexInformer(listing.Plain(lw), &templateDigest{}, 0,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		max:     maxPerNamespace,
+		pending: map[string]map[string]time.Time{},
+	}
+	// A reservation ends as soon as the watch shows its template: from then on the informer counts
 	// it, and once it is deleted nothing holds its place in the bound (waiting for the next reserve
 	// in the namespace to notice kept a deleted template counted until pendingTTL).
-	m.cache = reflected.New("managed ResourceClaimTemplates", listing.Plain(lw), &templateDigest{},
-		reflected.WithIndexers(cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
-		reflected.WithHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    m.confirmed,
-			UpdateFunc: func(_, obj any) { m.confirmed(obj) },
-			DeleteFunc: m.gone,
-		}))
+	_, _ = m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    m.confirmed,
+		UpdateFunc: func(_, obj any) { m.confirmed(obj) },
+	})
 	return m
 }
 
-// confirmed ends the reservation of a template the cache shows.
+// confirmed ends the reservation of a template the informer shows.
 func (m *managedTemplates) confirmed(obj any) {
 	t, ok := obj.(*templateDigest)
 	if !ok {
@@ -88,31 +87,22 @@ func (m *managedTemplates) confirmed(obj any) {
 	}
 }
 
-// gone tells onDelete's function of a template deleted from the cluster.
-func (m *managedTemplates) gone(obj any) {
-	m.mu.Lock()
-	f := m.deleted
-	m.mu.Unlock()
-	if f == nil {
-		return
-	}
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
-			f(ns, name)
-		}
-	}
-}
-
 // onDelete calls f with each managed template deleted from the cluster.
 func (m *managedTemplates) onDelete(f func(namespace, name string)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.deleted = f
+	_, _ = m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
+					f(ns, name)
+				}
+			}
+		},
+	})
 }
 
-// get returns what the cache has of the managed template, or nil.
+// get returns what the informer has of the managed template, or nil.
 func (m *managedTemplates) get(namespace, name string) *templateDigest {
-	obj, ok, err := m.cache.GetByKey(namespace + "/" + name)
+	obj, ok, err := m.informer.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil
 	}
@@ -126,7 +116,7 @@ func (m *managedTemplates) get(namespace, name string) *templateDigest {
 func (m *managedTemplates) reserve(namespace, name string) (release func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	existing, _ := m.cache.ByIndex(cache.NamespaceIndex, namespace)
+	existing, _ := m.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	names := make(map[string]bool, len(existing))
 	for _, obj := range existing {
 		if t, ok := obj.(*templateDigest); ok {
@@ -161,8 +151,8 @@ func (m *managedTemplates) reserve(namespace, name string) (release func(), err 
 	}, nil
 }
 
-// run lists and watches until ctx ends.
+// run runs the informer until ctx ends.
 func (m *managedTemplates) run(ctx context.Context) {
 	klog.FromContext(ctx).V(2).Info("Watching managed ResourceClaimTemplates")
-	m.cache.Run(ctx)
+	m.informer.RunWithContext(ctx)
 }
