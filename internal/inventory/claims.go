@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/listing"
+	"github.com/gpu-dra/gpu-dra/internal/reflected"
 )
 
 // maxReservedKept bounds the consumers kept of a claim: they only name who holds its devices in
@@ -29,7 +30,7 @@ const maxReservedKept = 4
 // Claims caches every ResourceClaim's allocation (in whichever resource.k8s.io version the server
 // serves, converted to v1), so that a claim can be judged against what the others leave free.
 type Claims struct {
-	informer cache.SharedIndexInformer
+	cache *reflected.Cache
 }
 
 // claimsPageSize is the page of the claim informer's initial list: a page is decoded whole before
@@ -41,7 +42,12 @@ const claimsPageSize = 500
 // list, watch in all namespaces.
 func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *Claims {
 	dra := draclient.New(cs)
-	c := &Claims{informer: cache.NewSharedIndexInformer(listing.Plain(&cache.ListWatch{
+	if onChange == nil {
+		onChange = func() {}
+	}
+	// A resync, or a write of what the transform dropped (the plugin's status.devices, labels),
+	// changes no allocation: the answers found against them stay good (sameKeptClaim).
+	return &Claims{cache: reflected.New("ResourceClaims", listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return listClaims(ctx, o, dra.ResourceClaims("").List)
 		},
@@ -52,24 +58,7 @@ func NewClaims(cs kubernetes.Interface, resync time.Duration, onChange func()) *
 			}
 			return watch.Filter(w, transformClaimEvent), nil
 		},
-	}), &Claim{}, resync, nil)}
-	changed := func() {
-		if onChange != nil {
-			onChange()
-		}
-	}
-	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { changed() },
-		UpdateFunc: func(oldObj, newObj any) {
-			// A resync, or a write of what the transform dropped (the plugin's status.devices,
-			// labels), changes no allocation: the answers found against them stay good.
-			if !sameKeptClaim(oldObj, newObj) {
-				changed()
-			}
-		},
-		DeleteFunc: func(any) { changed() },
-	})
-	return c
+	}), &Claim{}, reflected.WithHandler(changes(onChange, sameKeptClaim)), reflected.WithResyncPeriod(resync))}
 }
 
 // listClaims is the claim informer's list: in pages (listing.InPages), each transformed as it arrives,
@@ -217,16 +206,16 @@ func (c *Claim) ownStrings() {
 // Start runs the informer until ctx ends.
 func (c *Claims) Start(ctx context.Context) {
 	klog.FromContext(ctx).V(2).Info("Starting ResourceClaim informer")
-	go c.informer.RunWithContext(ctx)
+	go c.cache.Run(ctx)
 }
 
 // HasSynced reports whether the initial list is in the cache.
-func (c *Claims) HasSynced() bool { return c.informer.HasSynced() }
+func (c *Claims) HasSynced() bool { return c.cache.HasSynced() }
 
 // Claims lists the cached claims, or fails with ErrNotSynced until HasSynced.
 func (c *Claims) Claims() ([]*Claim, error) {
 	if !c.HasSynced() {
 		return nil, ErrNotSynced
 	}
-	return list[Claim](c.informer.GetStore().List()), nil
+	return list[Claim](c.cache.List()), nil
 }

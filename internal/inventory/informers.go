@@ -18,17 +18,16 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/internal/listing"
+	"github.com/gpu-dra/gpu-dra/internal/reflected"
 )
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
 // the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
-// (as Nodes: labels only). Slices and nodes are kept by reflectors of their own (reflected); the
-// resync period applies to the classes.
+// (as Nodes: labels only), each kind in a cache of its own (reflected).
 type Informers struct {
-	slices, nodes *reflected
-	classes       cache.SharedIndexInformer
-	onChange      func()
-	interner      *Interner
+	slices, classes, nodes *reflected.Cache
+	onChange               func()
+	interner               *Interner
 }
 
 // NewInformers prepares the informers; onChange runs after every add, update or delete (use it
@@ -40,42 +39,51 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 	i := &Informers{onChange: onChange, interner: in}
 	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
 	// never holds them decoded all at once.
-	i.slices = newReflected("ResourceSlices", in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{}, nil, nil, i.changed)
-	i.classes = cache.NewSharedIndexInformer(listing.Plain(&cache.ListWatch{
+	i.slices = reflected.New("ResourceSlices", in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{},
+		reflected.WithHandler(changes(i.changed, nil)), reflected.WithResyncPeriod(resync))
+	i.classes = reflected.New("DeviceClasses", listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return dra.DeviceClasses().List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return dra.DeviceClasses().Watch(ctx, o)
 		},
-	}), &resourceapi.DeviceClass{}, resync, nil)
-	// A transform set before the informer runs cannot fail.
-	_ = i.classes.SetTransform(TransformClass)
+	}), &resourceapi.DeviceClass{}, reflected.WithTransform(TransformClass),
+		reflected.WithHandler(changes(i.changed, nil)), reflected.WithResyncPeriod(resync))
 	// A cache of its own rather than from client-go's informer factory, which links an informer
 	// and a lister of every built-in resource: 0.9 MB of type data, every page of it resident.
 	// A node's status changes every few minutes (heartbeats, conditions) and, with the transform,
 	// leaves nothing the checks read changed: such an update must not throw away the View's index
 	// of thousands of nodes.
 	nodes := cs.CoreV1().Nodes()
-	i.nodes = newReflected("Nodes", cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+	i.nodes = reflected.New("Nodes", cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return nodes.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return nodes.Watch(ctx, o)
 		},
-	}, cs), &v1.Node{}, in.nodeLabelsOnly(keepAllocatable), func(oldObj, newObj any) bool {
-		o, ok1 := oldObj.(*Node)
-		n, ok2 := newObj.(*Node)
-		return !ok1 || !ok2 || !sameNode(o, n)
-	}, i.changed)
-	// Registration cannot fail before the informer runs.
-	_, _ = i.classes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { i.changed() },
-		UpdateFunc: func(any, any) { i.changed() },
-		DeleteFunc: func(any) { i.changed() },
-	})
+	}, cs), &v1.Node{}, reflected.WithTransform(in.nodeLabelsOnly(keepAllocatable)),
+		reflected.WithHandler(changes(i.changed, func(oldObj, newObj any) bool {
+			o, ok1 := oldObj.(*Node)
+			n, ok2 := newObj.(*Node)
+			return ok1 && ok2 && sameNode(o, n)
+		})), reflected.WithResyncPeriod(resync))
 	return i
+}
+
+// changes calls onChange on every add and delete, and on every update after which same (nil:
+// never) does not find the object as kept unchanged.
+func changes(onChange func(), same func(oldObj, newObj any) bool) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { onChange() },
+		UpdateFunc: func(oldObj, newObj any) {
+			if same == nil || !same(oldObj, newObj) {
+				onChange()
+			}
+		},
+		DeleteFunc: func(any) { onChange() },
+	}
 }
 
 // sliceListWatch lists and watches ResourceSlices through list and watchSlices, as Slices: lists in
@@ -120,7 +128,7 @@ func (i *Informers) DeviceClasses() []*resourceapi.DeviceClass {
 	if !i.classes.HasSynced() {
 		return nil
 	}
-	return list[resourceapi.DeviceClass](i.classes.GetStore().List())
+	return list[resourceapi.DeviceClass](i.classes.List())
 }
 
 // NodeAdvertising returns a node whose status.allocatable has more than zero of name (a device
@@ -139,9 +147,9 @@ func (i *Informers) NodeAdvertising(name v1.ResourceName) string {
 // Start runs the informers until ctx ends.
 func (i *Informers) Start(ctx context.Context) {
 	klog.FromContext(ctx).V(2).Info("Starting inventory informers")
-	go i.slices.RunWithContext(ctx)
-	go i.classes.RunWithContext(ctx)
-	go i.nodes.RunWithContext(ctx)
+	go i.slices.Run(ctx)
+	go i.classes.Run(ctx)
+	go i.nodes.Run(ctx)
 }
 
 // HasSynced reports whether the initial lists are in the caches.
@@ -181,7 +189,7 @@ func (i *Informers) Published() (*Objects, error) {
 	}
 	return &Objects{
 		CompactSlices: list[Slice](i.slices.List()),
-		Classes:       list[resourceapi.DeviceClass](i.classes.GetStore().List()),
+		Classes:       list[resourceapi.DeviceClass](i.classes.List()),
 		CompactNodes:  list[Node](i.nodes.List()),
 	}, nil
 }

@@ -79,7 +79,7 @@ func NewAPIClient(clientset kubernetes.Interface, opts ...ClientOption) *APIClie
 func (c *APIClient) Run(ctx context.Context) { c.managed.run(ctx) }
 
 // HasSynced reports whether the managed templates have been listed.
-func (c *APIClient) HasSynced() bool { return c.managed.informer.HasSynced() }
+func (c *APIClient) HasSynced() bool { return c.managed.cache.HasSynced() }
 
 // OnDelete calls f with every managed template deleted from the cluster (Handler.Forget).
 func (c *APIClient) OnDelete(f func(namespace, name string)) { c.managed.onDelete(f) }

@@ -81,7 +81,7 @@ func checkLabelledTemplatesCostNothing(t *testing.T, cs kubernetes.Interface, ns
 
 	var kept []string
 	keptBytes := 0
-	for _, obj := range c.managed.informer.GetStore().List() {
+	for _, obj := range c.managed.cache.List() {
 		m, err := meta.Accessor(obj)
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-dra/gpu-dra/internal/listing"
+	"github.com/gpu-dra/gpu-dra/internal/reflected"
 )
 
 // DefaultMaxTemplatesPerNamespace bounds the managed templates of one namespace: each distinct
@@ -26,10 +27,12 @@ const DefaultMaxTemplatesPerNamespace = 64
 // their way into it. It counts them per namespace for the bound, tells whether a template
 // exists and what it says, and reports deletions.
 type managedTemplates struct {
-	informer cache.SharedIndexInformer
-	max      int
+	cache *reflected.Cache
+	max   int
 
 	mu sync.Mutex
+	// deleted is told of each managed template deleted from the cluster (onDelete).
+	deleted func(namespace, name string)
 	// pending are templates this replica created or is creating that the informer has not shown
 	// yet, by namespace and name, with when they were reserved: without them a burst of distinct
 	// requests would all pass the bound before the first creation came back through the watch.
@@ -57,23 +60,21 @@ func newManagedTemplates(dra *draclient.Client, maxPerNamespace int) *managedTem
 			return watch.Filter(w, digestEvent), nil
 		},
 	}
-	m := &managedTemplates{
-		informer: cache.NewSharedIndexInformer(listing.Plain(lw), &templateDigest{}, 0,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
-		max:     maxPerNamespace,
-		pending: map[string]map[string]time.Time{},
-	}
-	// A reservation ends as soon as the watch shows its template: from then on the informer counts
+	m := &managedTemplates{max: maxPerNamespace, pending: map[string]map[string]time.Time{}}
+	// A reservation ends as soon as the watch shows its template: from then on the cache counts
 	// it, and once it is deleted nothing holds its place in the bound (waiting for the next reserve
 	// in the namespace to notice kept a deleted template counted until pendingTTL).
-	_, _ = m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    m.confirmed,
-		UpdateFunc: func(_, obj any) { m.confirmed(obj) },
-	})
+	m.cache = reflected.New("managed ResourceClaimTemplates", listing.Plain(lw), &templateDigest{},
+		reflected.WithIndexers(cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		reflected.WithHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    m.confirmed,
+			UpdateFunc: func(_, obj any) { m.confirmed(obj) },
+			DeleteFunc: m.gone,
+		}))
 	return m
 }
 
-// confirmed ends the reservation of a template the informer shows.
+// confirmed ends the reservation of a template the cache shows.
 func (m *managedTemplates) confirmed(obj any) {
 	t, ok := obj.(*templateDigest)
 	if !ok {
@@ -87,22 +88,31 @@ func (m *managedTemplates) confirmed(obj any) {
 	}
 }
 
-// onDelete calls f with each managed template deleted from the cluster.
-func (m *managedTemplates) onDelete(f func(namespace, name string)) {
-	_, _ = m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
-					f(ns, name)
-				}
-			}
-		},
-	})
+// gone tells onDelete's function of a template deleted from the cluster.
+func (m *managedTemplates) gone(obj any) {
+	m.mu.Lock()
+	f := m.deleted
+	m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
+			f(ns, name)
+		}
+	}
 }
 
-// get returns what the informer has of the managed template, or nil.
+// onDelete calls f with each managed template deleted from the cluster.
+func (m *managedTemplates) onDelete(f func(namespace, name string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.deleted = f
+}
+
+// get returns what the cache has of the managed template, or nil.
 func (m *managedTemplates) get(namespace, name string) *templateDigest {
-	obj, ok, err := m.informer.GetIndexer().GetByKey(namespace + "/" + name)
+	obj, ok, err := m.cache.GetByKey(namespace + "/" + name)
 	if err != nil || !ok {
 		return nil
 	}
@@ -116,7 +126,7 @@ func (m *managedTemplates) get(namespace, name string) *templateDigest {
 func (m *managedTemplates) reserve(namespace, name string) (release func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	existing, _ := m.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	existing, _ := m.cache.ByIndex(cache.NamespaceIndex, namespace)
 	names := make(map[string]bool, len(existing))
 	for _, obj := range existing {
 		if t, ok := obj.(*templateDigest); ok {
@@ -151,8 +161,8 @@ func (m *managedTemplates) reserve(namespace, name string) (release func(), err 
 	}, nil
 }
 
-// run runs the informer until ctx ends.
+// run lists and watches until ctx ends.
 func (m *managedTemplates) run(ctx context.Context) {
 	klog.FromContext(ctx).V(2).Info("Watching managed ResourceClaimTemplates")
-	m.informer.RunWithContext(ctx)
+	m.cache.Run(ctx)
 }
