@@ -23,7 +23,8 @@ import (
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
 // the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
-// (as Nodes: labels only), each kind in a cache of its own (reflected).
+// (as Nodes: labels only), each kind in a cache of its own (reflected). The resync period applies
+// to the classes: a resync of the slices or nodes would rebuild the View's index for nothing.
 type Informers struct {
 	slices, classes, nodes *reflected.Cache
 	onChange               func()
@@ -40,7 +41,7 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 	// Slices are transformed where they are read (listSlices, transformEvent), so that a list
 	// never holds them decoded all at once.
 	i.slices = reflected.New("ResourceSlices", in.sliceListWatch(dra.ResourceSlices().List, dra.ResourceSlices().Watch), &Slice{},
-		reflected.WithHandler(changes(i.changed, nil)), reflected.WithResyncPeriod(resync))
+		reflected.WithSortedStore(), reflected.WithHandler(changes(i.changed, nil)))
 	i.classes = reflected.New("DeviceClasses", listing.Plain(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return dra.DeviceClasses().List(ctx, o)
@@ -48,7 +49,7 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return dra.DeviceClasses().Watch(ctx, o)
 		},
-	}), &resourceapi.DeviceClass{}, reflected.WithTransform(TransformClass),
+	}), &resourceapi.DeviceClass{}, reflected.WithTransform(TransformClass), reflected.WithSortedStore(),
 		reflected.WithHandler(changes(i.changed, nil)), reflected.WithResyncPeriod(resync))
 	// A cache of its own rather than from client-go's informer factory, which links an informer
 	// and a lister of every built-in resource: 0.9 MB of type data, every page of it resident.
@@ -63,12 +64,12 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return nodes.Watch(ctx, o)
 		},
-	}, cs), &v1.Node{}, reflected.WithTransform(in.nodeLabelsOnly(keepAllocatable)),
+	}, cs), &v1.Node{}, reflected.WithTransform(in.nodeLabelsOnly(keepAllocatable)), reflected.WithSortedStore(),
 		reflected.WithHandler(changes(i.changed, func(oldObj, newObj any) bool {
 			o, ok1 := oldObj.(*Node)
 			n, ok2 := newObj.(*Node)
 			return ok1 && ok2 && sameNode(o, n)
-		})), reflected.WithResyncPeriod(resync))
+		})))
 	return i
 }
 
@@ -193,3 +194,10 @@ func (i *Informers) Published() (*Objects, error) {
 		CompactNodes:  list[Node](i.nodes.List()),
 	}, nil
 }
+
+// What the caches keep must be reflected.Named.
+var (
+	_ reflected.Named = (*Slice)(nil)
+	_ reflected.Named = (*Node)(nil)
+	_ reflected.Named = (*resourceapi.DeviceClass)(nil)
+)

@@ -93,6 +93,13 @@ func (m *Meta) sameUID(o *Meta) bool {
 	return a == b && packedA == packedB
 }
 
+// GetName is the object's name: with GetNamespace, what the caches sort their objects by
+// (reflected.Named).
+func (m *Meta) GetName() string { return m.Name }
+
+// GetNamespace is "": slices and nodes are cluster-scoped.
+func (m *Meta) GetNamespace() string { return "" }
+
 // UID is the object's metadata.uid.
 func (m *Meta) UID() types.UID {
 	uid, _, _ := m.split()

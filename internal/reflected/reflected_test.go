@@ -100,36 +100,42 @@ func TestCacheTellsChanges(t *testing.T) {
 		told: []string{"add ns/a=1 initial=true", "update ns/a=1 -> ns/a=1"},
 		kept: []string{"ns/a=1"},
 	}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := &recorder{}
-			c := New("test", nil, &v1.ConfigMap{}, WithTransform(dropAnnotations), WithHandler(r))
-			if c.HasSynced() {
-				t.Fatal("synced before any list")
-			}
-			for i, op := range tc.ops {
-				if err := op(c); err != nil {
-					t.Fatalf("op %d: %v", i, err)
+	stores := []struct {
+		name string
+		opts []Option
+	}{{"client-go's store", nil}, {"sorted store", []Option{WithSortedStore()}}}
+	for _, st := range stores {
+		for _, tc := range tests {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				r := &recorder{}
+				c := New("test", nil, &v1.ConfigMap{}, append([]Option{WithTransform(dropAnnotations), WithHandler(r)}, st.opts...)...)
+				if c.HasSynced() {
+					t.Fatal("synced before any list")
 				}
-			}
-			if !c.HasSynced() {
-				t.Error("not synced after a list")
-			}
-			if !slices.Equal(r.told, tc.told) {
-				t.Errorf("told:\n  %s\nwant:\n  %s", strings.Join(r.told, "\n  "), strings.Join(tc.told, "\n  "))
-			}
-			var kept []string
-			for _, obj := range c.List() {
-				if cm := obj.(*v1.ConfigMap); cm.Annotations != nil {
-					t.Errorf("%s kept with its annotations: the transform was not applied", describe(cm))
+				for i, op := range tc.ops {
+					if err := op(c); err != nil {
+						t.Fatalf("op %d: %v", i, err)
+					}
 				}
-				kept = append(kept, describe(obj))
-			}
-			slices.Sort(kept)
-			if !slices.Equal(kept, tc.kept) {
-				t.Errorf("kept %q, want %q", kept, tc.kept)
-			}
-		})
+				if !c.HasSynced() {
+					t.Error("not synced after a list")
+				}
+				if !slices.Equal(r.told, tc.told) {
+					t.Errorf("told:\n  %s\nwant:\n  %s", strings.Join(r.told, "\n  "), strings.Join(tc.told, "\n  "))
+				}
+				var kept []string
+				for _, obj := range c.List() {
+					if cm := obj.(*v1.ConfigMap); cm.Annotations != nil {
+						t.Errorf("%s kept with its annotations: the transform was not applied", describe(cm))
+					}
+					kept = append(kept, describe(obj))
+				}
+				slices.Sort(kept)
+				if !slices.Equal(kept, tc.kept) {
+					t.Errorf("kept %q, want %q", kept, tc.kept)
+				}
+			})
+		}
 	}
 }
 
