@@ -58,7 +58,8 @@ func WithSortedStore() Option { return func(o *options) { o.sorted = true } }
 func WithHandler(h cache.ResourceEventHandler) Option { return func(o *options) { o.handler = h } }
 
 // WithResyncPeriod hands the handler every kept object as updated (unchanged) every d; 0, the
-// default, never.
+// default, never. The reflector resyncs on a goroutine of its own: the handler is then told
+// concurrently with the watch's changes, and must be safe for that.
 func WithResyncPeriod(d time.Duration) Option { return func(o *options) { o.resync = d } }
 
 // New caches what lw lists and watches of expected's kind; name names its reflector in logs.
