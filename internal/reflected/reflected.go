@@ -68,14 +68,16 @@ func New(name string, lw cache.ListerWatcher, expected any, opts ...Option) *Cac
 	for _, opt := range opts {
 		opt(&o)
 	}
-	c := &Cache{store: &sorted{}, transform: o.transform, handler: o.handler}
-	if len(o.indexers) > 0 || !o.sorted {
-		ix := o.indexers
-		if ix == nil {
-			ix = cache.Indexers{}
-		}
-		c.store = cache.NewIndexer(cache.MetaNamespaceKeyFunc, ix)
+	var st store
+	switch {
+	case o.sorted && len(o.indexers) == 0:
+		st = &sorted{}
+	case o.indexers == nil:
+		st = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	default:
+		st = cache.NewIndexer(cache.MetaNamespaceKeyFunc, o.indexers)
 	}
+	c := &Cache{store: st, transform: o.transform, handler: o.handler}
 	c.reflector = cache.NewReflectorWithOptions(lw, expected, c, cache.ReflectorOptions{Name: name, ResyncPeriod: o.resync})
 	return c
 }
