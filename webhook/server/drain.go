@@ -26,7 +26,9 @@ const maxShutdownDelay = 5 * time.Minute
 // server that closed its listener at the signal refused those calls, and once the pod's network
 // was gone they hung until the webhook's timeout: a planned rollout failed pod creations. After the
 // delay the server shuts down gracefully: requests in flight are answered and kept-alive
-// connections closed, so the API server's next connection goes to a replica that stays.
+// connections closed. During the delay every answer closes its connection (webhookServer.drain),
+// so by then the API server has no connection left here to lose a review on, and its next one goes
+// to a replica that stays.
 func Run(ctx context.Context, r *Runner, o *Options) error {
 	var draining atomic.Bool
 	if err := r.AddReadyzCheck("shutdown", func(*http.Request) error {
@@ -39,6 +41,7 @@ func Run(ctx context.Context, r *Runner, o *Options) error {
 	}
 	serve := afterDelay(ctx, o.ShutdownDelay, func() {
 		draining.Store(true)
+		r.webhook.drain()
 		klog.FromContext(ctx).Info("Shutdown requested: not ready, still serving", "shutdownDelay", o.ShutdownDelay)
 	})
 	return r.Start(serve)

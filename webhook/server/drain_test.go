@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,8 +16,9 @@ import (
 )
 
 // TestShutdownDelay: after the signal the webhook reports not ready but keeps answering, on the
-// API server's kept-alive connection and on new ones, for the whole delay; then it stops taking
-// connections and still answers the request in flight before Run returns.
+// API server's kept-alive connection and on new ones, for the whole delay, each answer closing its
+// connection so that the client's next request dials again; then it stops taking connections and
+// still answers the request in flight before Run returns.
 func TestShutdownDelay(t *testing.T) {
 	dir := t.TempDir()
 	writeCert(t, dir, 1)
@@ -50,26 +52,48 @@ func TestShutdownDelay(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the test does not authenticate the server
 	}, Timeout: 20 * time.Second}
-	ping := func(c *http.Client) error {
-		resp, err := c.Post("https://"+addr+"/ping", "application/json", strings.NewReader("{}"))
+	// pinged is how one ping went: on a kept-alive connection, and whether the answer closed it.
+	type pinged struct{ reused, closed bool }
+	ping := func(c *http.Client) (pinged, error) {
+		var got pinged
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { got.reused = info.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+			http.MethodPost, "https://"+addr+"/ping", strings.NewReader("{}"))
 		if err != nil {
-			return err
+			return got, err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return got, err
 		}
 		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
+		got.closed = resp.Close
+		return got, nil
 	}
-	waitFor(t, "the webhook server", func() bool { return ping(client) == nil })
+	waitFor(t, "the webhook server", func() bool { _, err := ping(client); return err == nil })
+	if got, err := ping(client); err != nil || !got.reused || got.closed {
+		t.Fatalf("before the signal: %+v, %v; want the connection kept alive", got, err)
+	}
 	waitFor(t, "ready", func() bool { return readyz(o.HealthProbeBindAddress) == http.StatusOK })
 
 	cancel()
 	waitFor(t, "not ready after the signal", func() bool { return readyz(o.HealthProbeBindAddress) == http.StatusInternalServerError })
-	if err := ping(client); err != nil {
+	if got, err := ping(client); err != nil {
 		t.Errorf("during the delay, on the open connection: %v", err)
+	} else if !got.reused || !got.closed {
+		t.Errorf("during the delay, on the open connection: %+v; want it answered and then closed", got)
+	}
+	if got, err := ping(client); err != nil {
+		t.Errorf("during the delay, after the answer that closed the connection: %v", err)
+	} else if got.reused {
+		t.Error("during the delay, the client reused a connection the answer said was closing")
 	}
 	fresh := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // as above
-	if err := ping(fresh); err != nil {
+	if got, err := ping(fresh); err != nil {
 		t.Errorf("during the delay, on a new connection: %v", err)
+	} else if !got.closed {
+		t.Error("during the delay, an answer on a new connection kept it alive")
 	}
 	slow := make(chan error, 1)
 	go func() {

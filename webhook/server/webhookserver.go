@@ -57,6 +57,8 @@ type webhookServer struct {
 	// maxInFlight bounds the requests handled at once (limitInFlight).
 	maxInFlight int
 	started     atomic.Bool
+	// draining: every answer from now on closes its connection (see drain).
+	draining atomic.Bool
 }
 
 func newWebhookServer(opts webhook.Options, timeouts Timeouts, maxInFlight int) *webhookServer {
@@ -89,7 +91,7 @@ func (s *webhookServer) Start(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           limitInFlight(s.opts.WebhookMux, s.maxInFlight),
+		Handler:           s.closeWhenDraining(limitInFlight(s.opts.WebhookMux, s.maxInFlight)),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ReadHeaderTimeout: s.timeouts.ReadHeader,
 		ReadTimeout:       s.timeouts.Read,
@@ -99,6 +101,23 @@ func (s *webhookServer) Start(ctx context.Context) error {
 	logger.Info("Serving webhooks", "address", s.addr(), "timeouts", s.timeouts)
 	s.started.Store(true)
 	return serveUntilDone(ctx, srv, listener, "webhook server")
+}
+
+// drain makes every answer from now on close its connection. The API server keeps its
+// connections to a replica alive, and conntrack keeps them going to it after the endpoints dropped
+// it, so a draining replica still gets every review until it closes them. Closed idle, as
+// http.Server.Shutdown and SetKeepAlivesEnabled(false) do, a connection the API server is writing
+// a review to at that moment fails it with EOF (a POST is not retried). Closed after an answer
+// that says so, the API server's next review dials again and reaches a replica that stays.
+func (s *webhookServer) drain() { s.draining.Store(true) }
+
+func (s *webhookServer) closeWhenDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *webhookServer) addr() string {
