@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // TestConnectionTimeouts: a connection that stalls in its headers, in its body or between requests
@@ -75,5 +77,15 @@ func TestConnectionTimeouts(t *testing.T) {
 				t.Fatalf("read: %v, want the connection closed", err)
 			}
 		})
+	}
+}
+
+// TestIdleOutlastsAPIServerClient: the webhook server keeps an idle connection longer than the
+// API server's webhook client does (client-go's transport, as utilnet's defaults set it), so the
+// client closes it first and never writes a review to a connection the server is closing.
+func TestIdleOutlastsAPIServerClient(t *testing.T) {
+	client := utilnet.SetTransportDefaults(&http.Transport{}).IdleConnTimeout
+	if got := DefaultTimeouts().Idle; client == 0 || got <= client {
+		t.Errorf("webhook server idle timeout %s, API server's client %s: want the server's longer", got, client)
 	}
 }

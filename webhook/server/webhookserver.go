@@ -39,9 +39,12 @@ func DefaultTimeouts() Timeouts {
 		// The longest an API server waits for a webhook (timeoutSeconds is at most 30): a request
 		// still arriving after that can no longer be answered in time.
 		Read: 30 * time.Second,
-		// The API server's webhook client keeps idle connections as long (utilnet's transport
-		// defaults), so neither side closes one the other is about to reuse.
-		Idle:           90 * time.Second,
+		// Longer than the API server's webhook client keeps an idle connection (90 s, client-go's
+		// transport defaults), so that the client is always the one that closes it. The server's
+		// clock starts as it writes an answer, the client's once it has read it: at equal
+		// timeouts the server closed first, and a review the client wrote to the connection in
+		// that moment failed with EOF (a POST is not retried).
+		Idle:           2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
 	}
 }
