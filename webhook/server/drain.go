@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -30,9 +29,8 @@ const maxShutdownDelay = 5 * time.Minute
 // so by then the API server has no connection left here to lose a review on, and its next one goes
 // to a replica that stays.
 func Run(ctx context.Context, r *Runner, o *Options) error {
-	var draining atomic.Bool
 	if err := r.AddReadyzCheck("shutdown", func(*http.Request) error {
-		if draining.Load() {
+		if r.webhook.draining.Load() {
 			return errors.New("shutting down: serving until the endpoints drop this replica")
 		}
 		return nil
@@ -40,7 +38,6 @@ func Run(ctx context.Context, r *Runner, o *Options) error {
 		return fmt.Errorf("add readyz: %w", err)
 	}
 	serve := afterDelay(ctx, o.ShutdownDelay, func() {
-		draining.Store(true)
 		r.webhook.drain()
 		klog.FromContext(ctx).Info("Shutdown requested: not ready, still serving", "shutdownDelay", o.ShutdownDelay)
 	})

@@ -60,7 +60,8 @@ type webhookServer struct {
 	// maxInFlight bounds the requests handled at once (limitInFlight).
 	maxInFlight int
 	started     atomic.Bool
-	// draining: every answer from now on closes its connection (see drain).
+	// draining: every answer from now on closes its connection (see drain), and the replica
+	// reports not ready (Run).
 	draining atomic.Bool
 }
 
