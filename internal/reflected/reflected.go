@@ -69,13 +69,14 @@ func New(name string, lw cache.ListerWatcher, expected any, opts ...Option) *Cac
 		opt(&o)
 	}
 	var st store
-	switch {
-	case o.sorted && len(o.indexers) == 0:
+	if o.sorted && len(o.indexers) == 0 {
 		st = &sorted{}
-	case o.indexers == nil:
-		st = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	default:
-		st = cache.NewIndexer(cache.MetaNamespaceKeyFunc, o.indexers)
+	} else {
+		ix := o.indexers
+		if ix == nil {
+			ix = cache.Indexers{}
+		}
+		st = cache.NewIndexer(cache.MetaNamespaceKeyFunc, ix)
 	}
 	c := &Cache{store: st, transform: o.transform, handler: o.handler}
 	c.reflector = cache.NewReflectorWithOptions(lw, expected, c, cache.ReflectorOptions{Name: name, ResyncPeriod: o.resync})
