@@ -11,9 +11,11 @@ import (
 // own is a count (ownCountSize bytes), the records (ownRecordSize bytes each), then the text: the
 // attribute names, each once, and the values. A record is a string or version attribute of one
 // device: its device (with ownVersionBit for a version, ownUUIDBit for a packed value), the offsets
-// in own of its name and of its value, and their lengths. The API server allows far shorter names
-// and values, fewer devices and less text a slice than the records can tell; anything else stays
-// in the device's map.
+// in own of its name and of its value, and their lengths. A value that ends in a UUID keeps what
+// comes before the UUID (as "gpu-") right after its name, once for all the devices whose values
+// have that name and prefix, and its record's value length is the prefix's. The API server
+// allows far shorter names and values, fewer devices and less text a slice than the records can
+// tell; anything else stays in the device's map.
 const (
 	ownCountSize  = 2
 	ownRecordSize = 8
@@ -47,21 +49,22 @@ func (b *ownBuilder) add(i int, name, value string, version bool) bool {
 		return false
 	}
 	prefix, uuid := uuidTail(value)
-	stored := len(value)
+	// A record reads its name's length, and a uuid's record its prefix after the name, so any
+	// earlier copy of those bytes serves.
+	key, valueLen, stored := name, len(value), len(value)
 	if uuid {
-		stored = prefix + uuidBytes
+		key, valueLen, stored = name+value[:prefix], prefix, uuidBytes
 	}
-	// A record reads its name's length, so any earlier copy of the name's bytes serves.
 	nameOff := -1
 	for _, off := range b.names {
-		if off+len(name) <= len(b.text) && string(b.text[off:off+len(name)]) == name {
+		if off+len(key) <= len(b.text) && string(b.text[off:off+len(key)]) == key {
 			nameOff = off
 			break
 		}
 	}
 	grow := stored
 	if nameOff < 0 {
-		grow += len(name)
+		grow += len(key)
 	}
 	if ownCountSize+ownRecordSize*(len(b.attrs)+1)+len(b.text)+grow > math.MaxUint16 {
 		return false
@@ -69,11 +72,11 @@ func (b *ownBuilder) add(i int, name, value string, version bool) bool {
 	if nameOff < 0 {
 		nameOff = len(b.text)
 		b.names = append(b.names, nameOff)
-		b.text = append(b.text, name...)
+		b.text = append(b.text, key...)
 	}
-	b.attrs = append(b.attrs, ownAttribute{device: i, nameOff: nameOff, nameLen: len(name), valueOff: len(b.text), valueLen: stored, version: version, uuid: uuid})
+	b.attrs = append(b.attrs, ownAttribute{device: i, nameOff: nameOff, nameLen: len(name), valueOff: len(b.text), valueLen: valueLen, version: version, uuid: uuid})
 	if uuid {
-		b.text = packUUID(append(b.text, value[:prefix]...), value[prefix:])
+		b.text = packUUID(b.text, value[prefix:])
 	} else {
 		b.text = append(b.text, value...)
 	}
@@ -141,10 +144,12 @@ func (o ownText) of(i int) (lo, hi int) {
 }
 
 func (o ownText) attribute(a *ownAttribute) resourceapi.DeviceAttribute {
-	v := string(o[a.valueOff : a.valueOff+a.valueLen])
+	var v string
 	if a.uuid {
-		prefix := len(v) - uuidBytes
-		v = string(unpackUUID([]byte(v[:prefix]), v[prefix:]))
+		prefix := o[a.nameOff+a.nameLen : a.nameOff+a.nameLen+a.valueLen]
+		v = string(unpackUUID([]byte(prefix), string(o[a.valueOff:a.valueOff+uuidBytes])))
+	} else {
+		v = string(o[a.valueOff : a.valueOff+a.valueLen])
 	}
 	if a.version {
 		return resourceapi.DeviceAttribute{VersionValue: &v}

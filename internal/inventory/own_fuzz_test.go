@@ -11,6 +11,9 @@ func FuzzOwnAttributes(f *testing.F) {
 	f.Add("uuid", "GPU-6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f80", "serial", "SN-0001", false, uint8(3))
 	f.Add("uuid", "6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f8A", "driverVersion", "1.2.3", true, uint8(8))
 	f.Add("uuid", "6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f8", "pciBusID", "0000:00:1e.0", false, uint8(1))
+	// A prefix before the uuid, kept once after the name; a second one under the same name.
+	f.Add("uuid", "gpu-6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f8", "uuid", "mig-6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f80", false, uint8(8))
+	f.Add("uuidgpu-", "6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f8", "uuid", "gpu-6f5d8c6e-1f0c-7f2e-5c1a-3b2c1d0e9f80", true, uint8(2))
 	f.Fuzz(func(t *testing.T, name1, value1, name2, value2 string, version bool, devices uint8) {
 		type attr struct {
 			device      int
