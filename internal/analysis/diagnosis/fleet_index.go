@@ -12,13 +12,17 @@ import (
 // two while a rebuild runs, and a fleet of busy pools is most of the devices of a busy cluster.
 type fleetIndex struct {
 	fl *deviceusage.Fleet
-	// at[di] is 1 + the position in fl.Devices of snapshot device di, 0 when the fleet lacks it.
+	// at[di] is 1 + the position in fl.Devices of snapshot device di, 0 when the fleet lacks it;
+	// nil when the fleet has no device, as when no claim holds one.
 	at []int32
 }
 
 // of is snapshot device di in the fleet, or nil when the fleet lacks it: a free device, when the
 // fleet has only its busy pools.
 func (x fleetIndex) of(di int) *deviceusage.Device {
+	if x.at == nil {
+		return nil
+	}
 	if i := x.at[di]; i > 0 {
 		return x.fl.Devices[i-1]
 	}
@@ -28,7 +32,11 @@ func (x fleetIndex) of(di int) *deviceusage.Device {
 // indexFleet indexes fl, which must have been built from the slices s was. It depends on s and
 // fl only: Held builds it with the fleet, once for every question about them.
 func indexFleet(s *feasibility.Snapshot, fl *deviceusage.Fleet) fleetIndex {
-	x := fleetIndex{fl: fl, at: make([]int32, s.NumDevices())}
+	x := fleetIndex{fl: fl}
+	if len(fl.Devices) == 0 {
+		return x
+	}
+	x.at = make([]int32, s.NumDevices())
 	// A fleet of busy pools is small and the view large: look each fleet device up among its
 	// node's devices, and only those local to no known node among all.
 	var elsewhere map[structured.DeviceID]int32
