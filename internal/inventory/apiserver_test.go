@@ -106,7 +106,7 @@ func TestInformersListInPages(t *testing.T) {
 				if m := s.Full().ObjectMeta; m.Annotations != nil || m.ManagedFields != nil {
 					t.Fatalf("slice %s cached with its metadata: %+v", s.Name, m)
 				}
-				want := nodeSlice(t, *s.Spec.NodeName, nodegroups.GroupSpec{})
+				want := nodeSlice(t, s.Spec.NodeName, nodegroups.GroupSpec{})
 				if !apiequality.Semantic.DeepEqual(s.Full().Spec.Devices, want.Spec.Devices) {
 					t.Fatalf("slice %s: devices differ from those created", s.Name)
 				}

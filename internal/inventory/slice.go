@@ -11,17 +11,17 @@ import (
 
 // Slice is a ResourceSlice as the informers keep it. Devices of one shape repeat across a fleet
 // but for an attribute or two of their own (a uuid each), and a Go map of 8 attributes is over a
-// kilobyte: a map per device would be most of the webhook's memory. So Spec is the published spec
-// except that each device's Attributes hold only what it can share with other devices, and the
-// string and version attributes that vary between the devices of the slice are in own. Full and
-// Attributes put them back together; Attribute reads one without doing so.
+// kilobyte: a map per device would be most of the webhook's memory. So Spec is what a SliceSpec
+// keeps of the published spec, each device's Attributes holding only what it can share with other
+// devices, and the string and version attributes that vary between the devices of the slice are
+// in own. Full and Attributes put them back together; Attribute reads one without doing so.
 type Slice struct {
 	// Meta holds the own attributes (ownText, after the uid and resourceVersion). The slice's
 	// strings of its own (those, its name, its pool's and node's names) are one allocation a
 	// slice, which holds no pointer, so the collector, which walks every cached slice on every
 	// cycle, skips it.
 	Meta
-	Spec resourceapi.ResourceSliceSpec
+	Spec SliceSpec
 	// held keeps the Interner's entries this slice shares for as long as the slice lives.
 	held *holding
 }
@@ -73,7 +73,7 @@ func (s *Slice) RangeAttributes(i int, f func(resourceapi.QualifiedName, resourc
 // Full returns the slice as published (without the metadata the transform dropped). It allocates
 // an attribute map per device that has attributes of its own: use it for a few slices at a time.
 func (s *Slice) Full() *resourceapi.ResourceSlice {
-	out := &resourceapi.ResourceSlice{ObjectMeta: s.objectMeta(s.Labels()), Spec: s.Spec}
+	out := &resourceapi.ResourceSlice{ObjectMeta: s.objectMeta(s.Labels()), Spec: s.Spec.Published()}
 	if s.ownText().count() == 0 {
 		return out
 	}
@@ -92,7 +92,8 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 	if labels := s.Labels(); labels != nil {
 		out.held = &holding{labels: maps.Clone(labels)}
 	}
-	s.Spec.DeepCopyInto(&out.Spec)
+	spec := s.Spec.Published()
+	out.Spec = NewSliceSpec(spec.DeepCopy())
 	return out
 }
 

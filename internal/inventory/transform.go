@@ -33,7 +33,7 @@ func (in *Interner) TransformSlice(obj any) (any, error) {
 }
 
 func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
-	out := &Slice{Spec: s.Spec}
+	out := &Slice{Spec: NewSliceSpec(&s.Spec)}
 	var held []*entry
 	// The list's key is read before the lock: a slice of a shape seen before (every node of a
 	// group) takes its list without looking at its devices one by one.
@@ -47,13 +47,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 	// Of the metadata, what identifies the slice; the allocator and the View read only the
 	// spec and the name.
 	out.Meta = newMeta(s.Name, s.UID, s.ResourceVersion, s.Generation, own.encoded())
-	strs := []*string{&out.Name, &out.ids, &out.Spec.Pool.Name}
-	if s.Spec.NodeName != nil {
-		nodeName := *s.Spec.NodeName
-		out.Spec.NodeName = &nodeName
-		strs = append(strs, &nodeName)
-	}
-	oneString(strs...)
+	oneString(&out.Name, &out.ids, &out.Spec.Pool.Name, &out.Spec.NodeName)
 	in.mu.Lock()
 	labels := in.labels(s.Labels, &held)
 	out.Spec.Driver = *in.str(s.Spec.Driver, &held)
@@ -73,7 +67,7 @@ func (in *Interner) compact(s *resourceapi.ResourceSlice) *Slice {
 func Wrap(published []*resourceapi.ResourceSlice) []*Slice {
 	out := make([]*Slice, len(published))
 	for i, s := range published {
-		w := &Slice{Meta: metaOf(&s.ObjectMeta), Spec: s.Spec}
+		w := &Slice{Meta: metaOf(&s.ObjectMeta), Spec: NewSliceSpec(&s.Spec)}
 		w.withLabels(s.Labels)
 		for j := range s.Spec.Devices {
 			attrs := s.Spec.Devices[j].Attributes

@@ -42,7 +42,7 @@ func largeFleet(b *testing.B) diagnosis.Rebuilt {
 	slices := inventory.Compact(inventory.NewInterner(), published)
 	keptSlices := make([]*resourceapi.ResourceSlice, len(slices))
 	for i, sl := range slices {
-		keptSlices[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
+		keptSlices[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec.Published()}
 	}
 	fl := deviceusage.Build(deviceusage.Input{Slices: keptSlices, Kept: uses, BusyPoolsOnly: true})
 	return diagnosis.Rebuilt{Slices: slices, Fleet: fl, Claims: kept}

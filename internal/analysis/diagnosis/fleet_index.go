@@ -49,7 +49,7 @@ func indexFleet(s *feasibility.Snapshot, fl *deviceusage.Fleet) fleetIndex {
 			elsewhere[dev.ID()] = int32(i + 1)
 			continue
 		}
-		for _, dn := range s.NodeDevices(n) {
+		for dn := range s.NodeDevices(n) {
 			if di := int(dn); s.DeviceIs(di, dev.Driver, dev.Pool, dev.Name) {
 				x.at[di] = int32(i + 1)
 			}

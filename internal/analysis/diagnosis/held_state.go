@@ -200,7 +200,7 @@ func keptSlices(published, before []*inventory.Slice, beforeKept []*resourceapi.
 			kept[i] = beforeKept[j]
 			continue
 		}
-		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec}
+		kept[i] = &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: sl.Name}, Spec: sl.Spec.Published()}
 	}
 	return kept
 }

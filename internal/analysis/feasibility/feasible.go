@@ -308,7 +308,7 @@ func (s *Snapshot) ShapeKey(n int, spec *resourceapi.ResourceClaimSpec, alts []*
 	}
 	var sigs []string
 	var b strings.Builder
-	for _, dn := range s.NodeDevices(n) {
+	for dn := range s.NodeDevices(n) {
 		d := int(dn)
 		b.Reset()
 		any := false
@@ -389,8 +389,8 @@ func (s *Snapshot) fullSlices(n int) []*resourceapi.ResourceSlice {
 	}
 	slices := s.nodeSlices.of(n)
 	out := make([]*resourceapi.ResourceSlice, len(slices))
-	for i, sl := range slices {
-		out[i] = sl.Full()
+	for i, si := range slices {
+		out[i] = s.slices[si].Full()
 	}
 	s.full.Add(n, out)
 	return out

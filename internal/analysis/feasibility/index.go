@@ -63,9 +63,9 @@ func (s *Snapshot) indexNodes(nodes []*inventory.Node) {
 	// A slice may name a node the cache has not seen (offline inventories list no nodes).
 	var unlisted []*inventory.Node
 	for _, sl := range s.slices {
-		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
-			if _, ok := s.NodeIndex(*sl.Spec.NodeName); !ok {
-				unlisted = append(unlisted, &inventory.Node{Meta: inventory.Meta{Name: *sl.Spec.NodeName}})
+		if sl.Spec.NodeName != "" {
+			if _, ok := s.NodeIndex(sl.Spec.NodeName); !ok {
+				unlisted = append(unlisted, &inventory.Node{Meta: inventory.Meta{Name: sl.Spec.NodeName}})
 			}
 		}
 	}
@@ -88,7 +88,6 @@ func (s *Snapshot) indexDevices() {
 	users := make([][]int, len(s.slices))
 	sliceCounts := make([]int32, len(s.slices))
 	nodeSliceCounts := make([]int32, len(s.nodes))
-	nodeDeviceCounts := make([]int32, len(s.nodes))
 	devices := 0
 	for si, sl := range s.slices {
 		pool := sl.Spec.Driver + "/" + sl.Spec.Pool.Name
@@ -98,16 +97,14 @@ func (s *Snapshot) indexDevices() {
 		sliceCounts[si] = int32(len(users[si]))
 		for _, u := range users[si] {
 			nodeSliceCounts[u]++
-			nodeDeviceCounts[u] += int32(len(sl.Spec.Devices))
 		}
 		devices += len(sl.Spec.Devices)
 	}
 	s.devices = make([]device, 0, devices)
 	s.sliceFirst = make([]int32, len(s.slices))
-	var nextSlice, nextDevice, nextNode []int32
+	var nextSlice, nextNode []int32
 	s.sliceNodes, nextNode = flatFrom[int](sliceCounts)
-	s.nodeSlices, nextSlice = flatFrom[*inventory.Slice](nodeSliceCounts)
-	s.nodeDevices, nextDevice = flatFrom[int32](nodeDeviceCounts)
+	s.nodeSlices, nextSlice = flatFrom[int32](nodeSliceCounts)
 	for si, sl := range s.slices {
 		first := len(s.devices)
 		s.sliceFirst[si] = int32(first)
@@ -119,10 +116,7 @@ func (s *Snapshot) indexDevices() {
 		}
 		for _, u := range users[si] {
 			s.sliceNodes.fill(nextNode, si, u)
-			s.nodeSlices.fill(nextSlice, u, sl)
-			for d := first; d < len(s.devices); d++ {
-				s.nodeDevices.fill(nextDevice, u, int32(d))
-			}
+			s.nodeSlices.fill(nextSlice, u, int32(si))
 		}
 	}
 	for pool, n := range poolSlices {
@@ -135,8 +129,8 @@ func (s *Snapshot) indexDevices() {
 // sliceUsers are the nodes that can use the devices of sl. fullNodes are the nodes as the
 // allocator reads them, made at the first slice that needs them.
 func (s *Snapshot) sliceUsers(sl *inventory.Slice, fullNodes *[]*v1.Node) []int {
-	if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
-		n, _ := s.NodeIndex(*sl.Spec.NodeName)
+	if sl.Spec.NodeName != "" {
+		n, _ := s.NodeIndex(sl.Spec.NodeName)
 		return []int{n}
 	}
 	if *fullNodes == nil {
@@ -149,12 +143,12 @@ func (s *Snapshot) sliceUsers(sl *inventory.Slice, fullNodes *[]*v1.Node) []int 
 	}
 	var users []int
 	for i, n := range *fullNodes {
-		ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes), sl.Spec.NodeSelector)
-		if err == nil && (ok || sl.Spec.PerDeviceNodeSelection != nil) {
+		ok, err := structured.NodeMatches(baseFeatures, n, "", ptrTrue(sl.Spec.AllNodes()), sl.Spec.NodeSelector())
+		if err == nil && (ok || sl.Spec.PerDeviceNodeSelection() != nil) {
 			users = append(users, i)
 		}
 	}
-	if sl.Spec.PerDeviceNodeSelection != nil {
+	if sl.Spec.PerDeviceNodeSelection() != nil {
 		s.exact = true
 	}
 	return users
@@ -163,7 +157,7 @@ func (s *Snapshot) sliceUsers(sl *inventory.Slice, fullNodes *[]*v1.Node) []int 
 // addDevices numbers the devices of slice si; counters reports whether the slice has counter sets
 // or a device consuming them.
 func (s *Snapshot) addDevices(si int, sl *inventory.Slice, taintIndex map[string]int32) (counters bool) {
-	counters = len(sl.Spec.SharedCounters) > 0
+	counters = len(sl.Spec.SharedCounters()) > 0
 	for i := range sl.Spec.Devices {
 		d := &sl.Spec.Devices[i]
 		counters = counters || len(d.ConsumesCounters) > 0

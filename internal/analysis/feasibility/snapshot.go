@@ -2,6 +2,7 @@ package feasibility
 
 import (
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"sync"
@@ -60,15 +61,13 @@ type Snapshot struct {
 	classes map[string]*resourceapi.DeviceClass
 	// nodes are sorted by name, no two of one name (NodeIndex searches them).
 	nodes []*inventory.Node
-	// nodeSlices are the slices each node sees: its own plus those shared with it.
-	nodeSlices flat[*inventory.Slice]
+	// nodeSlices are the slices each node sees, by number: its own plus those shared with it.
+	nodeSlices flat[int32]
 	// full caches the slices as published of the nodes the allocator ran on (LRU by node, fullSize).
 	full    *lru.Cache
 	devices []device
 	// sliceFirst is the number of each slice's first device.
 	sliceFirst []int32
-	// nodeDevices are the indices of the devices each node can use.
-	nodeDevices flat[int32]
 	// sliceNodes are the nodes each slice's devices are usable from (nodesOf).
 	sliceNodes flat[int]
 	// taints are the devices' taints, each set once (taintKey); taints[0] is none. deviceTaints
@@ -312,8 +311,27 @@ func (s *Snapshot) NodeIndex(name string) (int, bool) {
 	return sort.Find(len(s.nodes), func(i int) int { return strings.Compare(name, s.nodes[i].Name) })
 }
 
-// NodeDevices are the devices node n can use.
-func (s *Snapshot) NodeDevices(n int) []int32 { return s.nodeDevices.of(n) }
+// NodeDevices are the devices node n can use: those of the slices it sees, in order. They are not
+// kept as a list of their own, which would be an int32 for every device of the fleet.
+func (s *Snapshot) NodeDevices(n int) iter.Seq[int32] {
+	return func(yield func(int32) bool) {
+		for _, si := range s.nodeSlices.of(n) {
+			for d, end := s.sliceFirst[si], s.sliceEnd(si); d < end; d++ {
+				if !yield(d) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// sliceEnd is the number after slice si's last device.
+func (s *Snapshot) sliceEnd(si int32) int32 {
+	if int(si)+1 < len(s.sliceFirst) {
+		return s.sliceFirst[si+1]
+	}
+	return int32(len(s.devices))
+}
 
 // NodesOf are the nodes device d is usable from.
 func (s *Snapshot) NodesOf(d int) []int { return s.sliceNodes.of(int(s.devices[d].in)) }

@@ -20,7 +20,7 @@ func (v *View) onlyTainted(ctx context.Context, s *Snapshot, namespace string, s
 	tried := 0
 	for _, n := range candidates {
 		taints := sets.New[string]()
-		for _, d := range s.NodeDevices(n) {
+		for d := range s.NodeDevices(n) {
 			if t := s.taintOf(int(d)); t != "" {
 				taints.Insert(strings.Split(t, ",")...)
 			}
