@@ -106,9 +106,10 @@ func CompactNodes(in *Interner, nodes []*v1.Node) []*Node {
 	return out
 }
 
-// node keeps of n what Node holds, of its allocatable resources those keep accepts.
+// node keeps of n what Node holds, of its allocatable resources those keep accepts. No check
+// reads a node's uid: it is not kept (17 of a node's 41 bytes of strings).
 func (in *Interner) node(n *v1.Node, keep func(v1.ResourceName) bool) *Node {
-	out := &Node{Meta: newMeta(n.Name, n.UID, n.ResourceVersion, 0, nil)}
+	out := &Node{Meta: newMeta(n.Name, "", n.ResourceVersion, 0, nil)}
 	oneString(&out.Name, &out.ids)
 	sh := nodeShape{KubeletVersion: n.Status.NodeInfo.KubeletVersion}
 	for k, v := range n.Labels {

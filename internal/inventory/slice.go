@@ -16,7 +16,7 @@ import (
 // devices, and the string and version attributes that vary between the devices of the slice are
 // in own. Full and Attributes put them back together; Attribute reads one without doing so.
 type Slice struct {
-	// Meta holds the own attributes (ownText, after the uid and resourceVersion). The slice's
+	// Meta holds the own attributes (ownText, after the resourceVersion). The slice's
 	// strings of its own (those, its name, its pool's and node's names) are one allocation a
 	// slice, which holds no pointer, so the collector, which walks every cached slice on every
 	// cycle, skips it.
