@@ -111,19 +111,27 @@ func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *h
 	if r.o.ChurnRate == 0 || cr.Claims == 0 {
 		return nil
 	}
-	rate := r.o.ClaimsRates[0]
-	changes := int(r.o.Duration.Seconds() * float64(r.o.ChurnRate))
+	var err error
+	cr.Churn, err = churnLoad(ctx, r.o, h, r.w.pid(), r.templates.review)
+	r.logger.Info("Claims churn", "nodes", n, "changes", cr.Churn.Changes.String(), "reviews", cr.Churn.Reviews.String(), "overDeadline", cr.Churn.Over, "restoreErr", err)
+	return err
+}
+
+// churnLoad sends template reviews (review, served by process pid) at o's first claims rate
+// while h changes the claims' allocations at o.ChurnRate, for o.Duration; then allocates again
+// what the churn left deallocated, whose error it returns with the result.
+func churnLoad(ctx context.Context, o Options, h *holder, pid int, review func(context.Context, int) error) (*churnResult, error) {
+	rate := o.ClaimsRates[0]
+	changes := int(o.Duration.Seconds() * float64(o.ChurnRate))
 	var changed *result
 	var restoreErr error
 	done := make(chan struct{})
-	go func() { defer close(done); changed, restoreErr = h.churn(ctx, r.o.ChurnRate, changes) }()
-	reviews := sampled(r.w.pid(), func() *result {
-		return drive(ctx, "template reviews to the webhook, claims changing", rate, int(r.o.Duration.Seconds()*float64(rate)), r.templates.review)
+	go func() { defer close(done); changed, restoreErr = h.churn(ctx, o.ChurnRate, changes) }()
+	reviews := sampled(pid, func() *result {
+		return drive(ctx, "template reviews to the webhook, claims changing", rate, int(o.Duration.Seconds()*float64(rate)), review)
 	})
 	<-done
-	cr.Churn = &churnResult{Changes: changed, Reviews: reviews, Deadline: r.o.ReviewDeadline, Over: over(reviews.Lat, r.o.ReviewDeadline)}
-	r.logger.Info("Claims churn", "nodes", n, "changes", changed.String(), "reviews", reviews.String(), "overDeadline", cr.Churn.Over, "restoreErr", restoreErr)
-	return restoreErr
+	return &churnResult{Changes: changed, Reviews: reviews, Deadline: o.ReviewDeadline, Over: over(reviews.Lat, o.ReviewDeadline)}, restoreErr
 }
 
 // over counts the latencies above d.

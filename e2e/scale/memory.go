@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,27 +25,28 @@ type MemoryOptions struct {
 	// applies ("" for the chart's): a binary before a change of the chart against one after.
 	GOMemLimits []string
 	Rounds      int
+	// Measure is what the rounds measure (measureKinds), all of them when empty.
+	Measure []string
 }
 
-// maxRounds bounds MemoryOptions.Rounds.
-const maxMemoryRounds = 10
+// What MemoryOptions.Measure may name: the rounds without claims, the memory with claims, and
+// template reviews while the claims change (latency, not memory: one binary against another on
+// the same control plane, where a full run compares runs days apart).
+const (
+	measureIdle   = "idle"
+	measureClaims = "claims"
+	measureChurn  = "churn"
+)
 
-// Memory measures what the webhook's memory targets are about, on a control plane of its own
-// (envtest's etcd and kube-apiserver from o.BaselineAssets) holding the largest of o.Nodes and
-// then o.Claims of its GPUs held: no kubelets, no scheduler, no controllers. Every round starts
-// each binary afresh:
-//   - without claims: RSS 10 s after /readyz with o's GOGC and GOMEMLIMIT, against the upstream
-//     example webhook's (o.Upstream) started the same way;
-//   - with the claims, as the chart runs it (its GOGC, GOMEMLIMIT at its memory limit): the peak
-//     RSS of the start (VmHWM) and the RSS 10 s after /readyz;
-//   - with the claims, with o's GOGC and GOMEMLIMIT and as the chart runs it: RSS after template
-//     and pod reviews straight to the webhook at each of o.ClaimsRates for o.Duration.
-//
-// o.Claims of 0 stops after the rounds without claims.
-func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) error {
-	if err := o.Validate(); err != nil {
-		return err
-	}
+var measureKinds = []string{measureIdle, measureClaims, measureChurn}
+
+// measures is whether the rounds measure kind.
+func (mo MemoryOptions) measures(kind string) bool {
+	return len(mo.Measure) == 0 || slices.Contains(mo.Measure, kind)
+}
+
+// Validate bounds the rounds and names the flag to fix.
+func (mo MemoryOptions) Validate() error {
 	if len(mo.Webhooks) == 0 || mo.Rounds < 1 || mo.Rounds > maxMemoryRounds {
 		return fmt.Errorf("--memory-webhooks=%v, --memory-rounds=%d: want at least one binary and 1..%d rounds", mo.Webhooks, mo.Rounds, maxMemoryRounds)
 	}
@@ -56,6 +58,39 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 			return fmt.Errorf("--memory-gomemlimits: %q: want a size as Go reads GOMEMLIMIT, e.g. 128MiB", l)
 		}
 	}
+	for _, k := range mo.Measure {
+		if !slices.Contains(measureKinds, k) {
+			return fmt.Errorf("--memory-measure: %q: want some of %s, comma-separated", k, strings.Join(measureKinds, ","))
+		}
+	}
+	return nil
+}
+
+// maxMemoryRounds bounds MemoryOptions.Rounds.
+const maxMemoryRounds = 10
+
+// Memory measures what the webhook's memory targets are about, on a control plane of its own
+// (envtest's etcd and kube-apiserver from o.BaselineAssets) holding the largest of o.Nodes and
+// then o.Claims of its GPUs held: no kubelets, no scheduler, no controllers. Every round starts
+// each binary afresh:
+//   - without claims: RSS 10 s after /readyz with o's GOGC and GOMEMLIMIT, against the upstream
+//     example webhook's (o.Upstream) started the same way;
+//   - with the claims, as the chart runs it (its GOGC, GOMEMLIMIT at its memory limit): the peak
+//     RSS of the start (VmHWM) and the RSS 10 s after /readyz;
+//   - with the claims, with o's GOGC and GOMEMLIMIT and as the chart runs it: RSS after template
+//     and pod reviews straight to the webhook at each of o.ClaimsRates for o.Duration;
+//   - with the claims, with o's GOGC and GOMEMLIMIT: template reviews at the first of
+//     o.ClaimsRates while the claims change at o.ChurnRate (0 skips), their latency.
+//
+// o.Claims of 0 stops after the rounds without claims; mo.Measure picks some of the three.
+func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := mo.Validate(); err != nil {
+		return err
+	}
+	defer collectRarely()() // as in Run: the driver's own collections would stall the loads
 	logger := klog.FromContext(ctx)
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return err
@@ -82,6 +117,45 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 	}
 	m := &memoryRun{o: o, ch: ch, l: &loader{cs: cs, driver: driver}, logger: logger}
 	fmt.Fprintf(out, "## Webhook memory, %d nodes (MiB: RSS, anonymous, file-backed; peak = VmHWM)\n\n", n)
+	if mo.measures(measureIdle) {
+		if err := m.idleRounds(ctx, out, mo, driver); err != nil {
+			return err
+		}
+	}
+	if o.Claims == 0 {
+		fmt.Fprintf(out, "\n(--claims=0: no claims written, nothing measured with claims held)\n")
+		return nil
+	}
+	if !mo.measures(measureClaims) && !mo.measures(measureChurn) {
+		return nil
+	}
+	h, err := m.writeClaims(ctx, cfg, cs, driver)
+	if err != nil {
+		return err
+	}
+	if mo.measures(measureClaims) {
+		fmt.Fprintf(out, "\n### %d claims held\n\n", m.claims)
+		for round := range mo.Rounds {
+			for i, bin := range mo.Webhooks {
+				asChart := ch.asChart(o)
+				if len(mo.GOMemLimits) > 0 && mo.GOMemLimits[i] != "" {
+					asChart.GOMemLimit = mo.GOMemLimits[i]
+				}
+				if err := m.withClaims(ctx, out, bin, round, o, asChart); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if mo.measures(measureChurn) && o.ChurnRate > 0 {
+		return m.churnRounds(ctx, out, mo, h)
+	}
+	return nil
+}
+
+// idleRounds measures each binary, and the upstream webhook, without claims.
+func (m *memoryRun) idleRounds(ctx context.Context, out io.Writer, mo MemoryOptions, driver string) error {
+	o := m.o
 	fmt.Fprintf(out, "### No claims, %d s after ready, GOGC=%s GOMEMLIMIT=%s\n\n", int(settle.Seconds()), o.GOGC, o.GOMemLimit)
 	for round := range mo.Rounds {
 		for _, bin := range mo.Webhooks {
@@ -97,25 +171,6 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 				return err
 			}
 			fmt.Fprintf(out, "- round %d upstream %s: %s\n", round+1, filepath.Base(o.Upstream), mem)
-		}
-	}
-	if o.Claims == 0 {
-		fmt.Fprintf(out, "\n(--claims=0: no claims written, nothing measured with claims held)\n")
-		return nil
-	}
-	if err := m.writeClaims(ctx, cfg, cs, driver); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\n### %d claims held\n\n", m.claims)
-	for round := range mo.Rounds {
-		for i, bin := range mo.Webhooks {
-			asChart := ch.asChart(o)
-			if len(mo.GOMemLimits) > 0 && mo.GOMemLimits[i] != "" {
-				asChart.GOMemLimit = mo.GOMemLimits[i]
-			}
-			if err := m.withClaims(ctx, out, bin, round, o, asChart); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -189,22 +244,22 @@ func (m *memoryRun) upstream(ctx context.Context, driver string, round int) (mem
 }
 
 // writeClaims writes o.Claims of the published GPUs as held claims (see holder).
-func (m *memoryRun) writeClaims(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, driver string) error {
+func (m *memoryRun) writeClaims(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, driver string) (*holder, error) {
 	devices, err := listDevices(ctx, cs, driver)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if m.claims, err = claimsFor(m.o.Claims, len(devices)); err != nil {
-		return err
+		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Impersonate = controllerManager
 	ccs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := &holder{cs: ccs, driver: driver, class: m.ch.classes[0].Name, workers: m.o.Workers, devices: spread(devices), claims: m.claims}
-	return h.write(ctx)
+	return h, h.write(ctx)
 }
 
 // withClaims measures bin with the claims held: its start as the chart runs it, then the loads

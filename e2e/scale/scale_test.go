@@ -198,3 +198,34 @@ func TestCollectRarely(t *testing.T) {
 		t.Errorf("GOMEMLIMIT after the run: %d, want %d as before", got, 300<<20)
 	}
 }
+
+func TestMemoryOptionsValidate(t *testing.T) {
+	ok := MemoryOptions{Webhooks: []string{"a", "b"}, Rounds: 3, GOMemLimits: []string{"", "128MiB"}, Measure: []string{measureIdle, measureChurn}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid options refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*MemoryOptions)
+		flag string
+	}{
+		{"no binary", func(mo *MemoryOptions) { mo.Webhooks, mo.GOMemLimits = nil, nil }, "--memory-webhooks"},
+		{"no round", func(mo *MemoryOptions) { mo.Rounds = 0 }, "--memory-rounds"},
+		{"too many rounds", func(mo *MemoryOptions) { mo.Rounds = maxMemoryRounds + 1 }, "--memory-rounds"},
+		{"limits not one per binary", func(mo *MemoryOptions) { mo.GOMemLimits = []string{"128MiB"} }, "--memory-gomemlimits"},
+		{"limit unit", func(mo *MemoryOptions) { mo.GOMemLimits = []string{"", "128M"} }, "--memory-gomemlimits"},
+		{"unknown measure", func(mo *MemoryOptions) { mo.Measure = []string{"idle", "latency"} }, "--memory-measure"},
+		{"empty measure", func(mo *MemoryOptions) { mo.Measure = []string{""} }, "--memory-measure"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mo := ok
+			tc.edit(&mo)
+			if err := mo.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+				t.Errorf("error %v, want one naming %s", err, tc.flag)
+			}
+		})
+	}
+	if !(MemoryOptions{}).measures(measureClaims) || ok.measures(measureClaims) || !ok.measures(measureChurn) {
+		t.Errorf("measures: all when unset, else those named")
+	}
+}

@@ -69,6 +69,10 @@ func main() {
 		return nil
 	})
 	fs.IntVar(&mo.Rounds, "memory-rounds", 3, "rounds of --memory-webhooks")
+	fs.Func("memory-measure", "what the --memory-webhooks rounds measure, comma-separated: idle (no claims, against --upstream-webhook), claims (memory with --claims held), churn (template review latency while the claims change at --claims-churn); default all", func(s string) error {
+		mo.Measure = strings.Split(s, ",")
+		return nil
+	})
 	fs.Func("memory-gomemlimits", "comma-separated GOMEMLIMIT of each --memory-webhooks binary where the chart's applies (empty entry: the chart's)", func(s string) error {
 		mo.GOMemLimits = strings.Split(s, ",")
 		return nil
