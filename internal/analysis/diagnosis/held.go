@@ -119,25 +119,32 @@ func (h *Held) HeldNow(ctx context.Context, namespace string, spec *resourceapi.
 		return "", nil
 	}
 	key := feasibility.QuestionKey(namespace, h.view.Features(ctx, s), spec)
-	if key != nil {
-		if msg, ok := st.answers.Get(*key); ok {
-			return msg.(string), nil
-		}
+	if key == nil {
+		msg, _ := h.heldMessage(ctx, st, namespace, spec)
+		return msg, nil
 	}
-	diag, err := newDiagnoser(ctx, h.view, s, namespace, spec, st.fleet, st.devices).run(ctx)
-	if err != nil || ctx.Err() != nil {
-		// Interrupted: no answer, and nothing remembered.
-		klog.FromContext(ctx).V(2).Info("Current-allocation check ran out of time; no warning", "err", err)
-		return "", nil
-	}
-	msg := ""
-	if !diag.Allocatable && waitsForOthers(diag) && !undecided(diag) {
-		msg = heldMessage(diag)
-	}
-	if key != nil {
-		st.answers.Add(*key, msg)
+	// One search a question per fleet for every review asking it meanwhile (package answers).
+	msg, ok := st.answers.Find(ctx, *key, h.view.Timeout(), func(ctx context.Context) (string, bool) {
+		return h.heldMessage(ctx, st, namespace, spec)
+	})
+	if !ok {
+		klog.FromContext(ctx).V(2).Info("Current-allocation check not done within the review's time; no warning")
 	}
 	return msg, nil
+}
+
+// heldMessage diagnoses spec against st's fleet: the held-now warning, or "". ok is false when
+// the diagnosis was interrupted: no answer then, and nothing to remember.
+func (h *Held) heldMessage(ctx context.Context, st *heldState, namespace string, spec *resourceapi.ResourceClaimSpec) (msg string, ok bool) {
+	diag, err := newDiagnoser(ctx, h.view, st.snapshot, namespace, spec, st.fleet, st.devices).run(ctx)
+	if err != nil || ctx.Err() != nil {
+		klog.FromContext(ctx).V(2).Info("Current-allocation check ran out of time; no warning", "err", err)
+		return "", false
+	}
+	if !diag.Allocatable && waitsForOthers(diag) && !undecided(diag) {
+		return heldMessageOf(diag), true
+	}
+	return "", true
 }
 
 // undecided: the allocator could not give an answer (it failed, or had no time for every node).
@@ -150,8 +157,8 @@ func undecided(diag *Diagnosis) bool {
 	return false
 }
 
-// heldMessage is what keeps each request from its devices now, with who holds them.
-func heldMessage(diag *Diagnosis) string {
+// heldMessageOf is what keeps each request from its devices now, with who holds them.
+func heldMessageOf(diag *Diagnosis) string {
 	var parts []string
 	for _, r := range diag.Requests {
 		for _, f := range r.Findings {

@@ -7,8 +7,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/lru"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/answers"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/feasibility"
 	"github.com/gpu-dra/gpu-dra/internal/deviceusage"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
@@ -19,12 +19,12 @@ const heldCacheSize = 256
 
 // heldState is the fleet of one snapshot and the claims listed then, with its index by the
 // snapshot's devices and the answers found against it. Immutable once published, but for the
-// answers (an lru.Cache is safe for concurrent use).
+// answers (an answers.Cache is safe for concurrent use).
 type heldState struct {
 	snapshot *feasibility.Snapshot
 	fleet    *deviceusage.Fleet
 	devices  fleetIndex
-	answers  *lru.Cache
+	answers  *answers.Cache
 	// slices are what the fleet was built on, by the index of snapshot.Slices(): the slices as the
 	// fleet reads them, nil for those it does not hold (onlyIn).
 	slices []*resourceapi.ResourceSlice
@@ -159,7 +159,7 @@ func (h *Held) build() (*heldState, error) {
 	for _, observe := range h.observers {
 		observe(Rebuilt{Slices: s.Slices(), Fleet: fl, Claims: claims})
 	}
-	return &heldState{snapshot: s, fleet: fl, devices: indexFleet(s, fl), answers: lru.New(heldCacheSize), slices: onlyIn(kept, fl.Slices)}, nil
+	return &heldState{snapshot: s, fleet: fl, devices: indexFleet(s, fl), answers: answers.New(heldCacheSize), slices: onlyIn(kept, fl.Slices)}, nil
 }
 
 // onlyIn clears the slices of kept that fleet, a subsequence of kept, lacks: the fleet holds its

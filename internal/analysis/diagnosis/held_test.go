@@ -2,6 +2,9 @@ package diagnosis
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,5 +133,40 @@ func TestHeldSettle(t *testing.T) {
 	}
 	if msg := heldNowOrHang(t, held, "default", gpuSpec(t, 2)); msg == "" {
 		t.Error("the fleet built by the time Settle returned does not hold the claim added during the first rebuild")
+	}
+}
+
+// TestHeldOneSearchPerQuestion: the reviews asking the same question of a new fleet share one
+// diagnosis, and all get its warning.
+func TestHeldOneSearchPerQuestion(t *testing.T) {
+	st := &inventory.Objects{Classes: feasibilitytest.Classes()}
+	claims := &liveClaims{byName: map[string]*resourceapi.ResourceClaim{}}
+	for n := range 200 {
+		node := fmt.Sprintf("node-%04d", n)
+		st.Nodes = append(st.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+		st.Slices = append(st.Slices, feasibilitytest.GPUSlice(node, gpusPerNode, feasibilitytest.Fixed("LATEST-GPU-MODEL"), "80Gi"))
+		for g := range gpusPerNode {
+			c := heldClaim(node, g)
+			claims.byName[c.Name] = c
+		}
+	}
+	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()), feasibility.WithTimeout(time.Minute))
+	held := NewHeld(view, claims)
+	held.Invalidate()
+	held.Settle(t.Context())
+	const askers = 32
+	msgs := make([]string, askers)
+	var wg sync.WaitGroup
+	for i := range askers {
+		wg.Go(func() { msgs[i] = heldNowOrHang(t, held, "default", gpuSpec(t, 1)) })
+	}
+	wg.Wait()
+	for i, msg := range msgs {
+		if !strings.Contains(msg, "allocated to other claims") {
+			t.Errorf("asker %d: %q, want the held-now warning", i, msg)
+		}
+	}
+	if n := held.state.Load().answers.Searches(); n != 1 {
+		t.Errorf("%d diagnoses for %d reviews of one question, want 1", n, askers)
 	}
 }

@@ -51,19 +51,19 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 	}
 	features := v.Features(ctx, s)
 	verdictKey := QuestionKey(namespace, features, spec)
-	if verdictKey != nil {
-		if msg, ok := s.verdicts.Get(*verdictKey); ok {
-			return msg.(string), nil
-		}
+	if verdictKey == nil {
+		ctx, cancel := context.WithTimeout(ctx, v.timeout)
+		defer cancel()
+		msg, _ := v.unsatisfiable(ctx, s, namespace, spec, features)
+		return msg, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, v.timeout)
-	defer cancel()
-	msg, cacheable := v.unsatisfiable(ctx, s, namespace, spec, features)
-	// Nothing learnt under an ended context is a verdict: an interrupted evaluation looks exactly
-	// like one that found no device.
-	if verdictKey != nil && cacheable && ctx.Err() == nil {
-		s.verdicts.Add(*verdictKey, msg)
-	}
+	// One search a question for every review asking it meanwhile (package answers). Nothing
+	// learnt under an ended context is a verdict: an interrupted evaluation looks exactly like
+	// one that found no device, and is neither remembered nor, past the review's own deadline,
+	// waited for ("": unknown).
+	msg, _ := s.verdicts.Find(ctx, *verdictKey, v.timeout, func(ctx context.Context) (string, bool) {
+		return v.unsatisfiable(ctx, s, namespace, spec, features)
+	})
 	return msg, nil
 }
 

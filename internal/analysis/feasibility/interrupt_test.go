@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,4 +100,69 @@ func TestCachesKeepNoSpec(t *testing.T) {
 		t.Errorf("the caches keep %d bytes after %d questions about %d-byte claims", kept, n, size)
 	}
 	runtime.KeepAlive(view)
+}
+
+// TestOneSearchPerQuestion: the reviews asking a question nobody asked since the published state
+// changed share one search (they each ran their own: at a thousand reviews a second that kept a
+// busy webhook saturated), and a review that gives up does not end it: its verdict is there for
+// the next.
+func TestOneSearchPerQuestion(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	view := New(feasibilitytest.Cluster(), celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()))
+	view.timeout = time.Minute
+	// Enough work per device that the askers overlap the search.
+	loop := "[" + strings.Repeat("0,", 999) + "0].all(i, i == 0)"
+	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "g", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "gpu",
+		Selectors:       []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.example.com"].model == "NO-SUCH-MODEL" && ` + loop}}},
+		Count:           1,
+	}}}}}
+	resourceversion.Default(spec)
+	const askers = 32
+	msgs := make([]string, askers)
+	var wg sync.WaitGroup
+	for i := range askers {
+		wg.Go(func() {
+			msg, err := view.Unsatisfiable(ctx, "default", spec)
+			if err != nil {
+				t.Error(err)
+			}
+			msgs[i] = msg
+		})
+	}
+	wg.Wait()
+	for i, msg := range msgs {
+		if msg == "" {
+			t.Errorf("asker %d: satisfiable, want no device of that model", i)
+		}
+	}
+	s, err := view.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.verdicts.Searches(); n != 1 {
+		t.Errorf("%d searches for %d reviews of one question, want 1", n, askers)
+	}
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	other := spec.DeepCopy()
+	other.Devices.Requests[0].Exactly.Count = 2
+	if msg, err := view.Unsatisfiable(gone, "default", other); err != nil || msg != "" {
+		t.Errorf("asked by a review already gone: %q (%v), want no verdict", msg, err)
+	}
+	key := QuestionKey("default", view.Features(ctx, s), other)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if msg, ok := s.verdicts.Get(*key); ok {
+			if msg == "" {
+				t.Error("the search of a review that gave up remembered satisfiable")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the search of a review that gave up was not remembered")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

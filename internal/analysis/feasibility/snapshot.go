@@ -12,6 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/lru"
 
+	"github.com/gpu-dra/gpu-dra/internal/analysis/answers"
 	"github.com/gpu-dra/gpu-dra/internal/analysis/celcheck"
 	"github.com/gpu-dra/gpu-dra/internal/inventory"
 )
@@ -95,8 +96,9 @@ type Snapshot struct {
 	// matchResults caches *Matches by selectors (LRU, matchResultsSize entries and
 	// matchResultsBytes).
 	matchResults *lru.Cache
-	// verdicts caches Unsatisfiable answers by namespace and spec (LRU, verdictCacheSize).
-	verdicts *lru.Cache
+	// verdicts caches Unsatisfiable answers by namespace and spec (LRU, verdictCacheSize), and
+	// has each searched once at a time.
+	verdicts *answers.Cache
 }
 
 // projection groups the devices by the values of the attributes a set of selectors reads: order
@@ -120,7 +122,7 @@ func (v *View) build(gen uint64) (*Snapshot, error) {
 		nodes = inventory.CompactNodes(inventory.NewInterner(), objs.Nodes)
 	}
 	s := &Snapshot{generation: gen, slices: slices, classes: map[string]*resourceapi.DeviceClass{}, sharedDrivers: map[string]bool{},
-		projections: map[string]*projection{}, verdicts: lru.New(verdictCacheSize), full: lru.New(fullSize)}
+		projections: map[string]*projection{}, verdicts: answers.New(verdictCacheSize), full: lru.New(fullSize)}
 	for _, c := range classes {
 		s.classes[c.Name] = c
 	}
