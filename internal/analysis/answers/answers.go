@@ -27,7 +27,7 @@ type Key = [sha256.Size]byte
 // dropped first), and the searches under way. It is safe for concurrent use.
 type Cache struct {
 	found *lru.Cache
-	// searches counts the searches run, for tests and for what the rest of a process reports.
+	// searches counts the searches started.
 	searches atomic.Int64
 
 	mu      sync.Mutex
@@ -54,7 +54,8 @@ func (c *Cache) Get(key Key) (string, bool) {
 	return "", false
 }
 
-// Searches is how many searches have run.
+// Searches is how many searches have started: one a question asked while it was not remembered
+// and no search of it was under way.
 func (c *Cache) Searches() int64 { return c.searches.Load() }
 
 // Find is the answer to key: the one remembered, else the one find gives. find runs once for
