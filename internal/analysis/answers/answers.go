@@ -65,12 +65,25 @@ func (c *Cache) Searches() int64 { return c.searches.Load() }
 // and its context had not ended: an interrupted search proves nothing. ok is false when ctx ended
 // before the answer came; the answer is then "".
 //
-// find must not modify what it shares with its caller, which may have returned when it runs.
+// At most maxShared questions are searched so at a time; beyond them a caller searches in its own
+// time, as if nobody else asked. find must not modify what it shares with its caller, which may
+// have returned when it runs.
 func (c *Cache) Find(ctx context.Context, key Key, timeout time.Duration, find func(ctx context.Context) (answer string, keep bool)) (string, bool) {
 	if a, ok := c.Get(key); ok {
 		return a, true
 	}
 	s := c.start(ctx, key, timeout, find)
+	if s == nil {
+		// Searches of maxShared questions under way: this one is the caller's own, as if
+		// nobody else asked it, and ends with it.
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		answer, keep := find(ctx)
+		if keep && ctx.Err() == nil {
+			c.found.Add(key, answer)
+		}
+		return answer, true
+	}
 	select {
 	case <-s.done:
 		return s.answer, s.ok
@@ -79,7 +92,13 @@ func (c *Cache) Find(ctx context.Context, key Key, timeout time.Duration, find f
 	}
 }
 
-// start returns the search for key under way, starting it when there is none.
+// maxShared bounds the searches run apart from their callers, each of another question: a
+// caller that leaves does not end them, so without a bound a client asking many questions and
+// hanging up could leave more searches running than it keeps requests open.
+const maxShared = 64
+
+// start returns the search for key under way, starting it when there is none; nil when maxShared
+// searches are under way.
 func (c *Cache) start(ctx context.Context, key Key, timeout time.Duration, find func(ctx context.Context) (string, bool)) *search {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -91,6 +110,9 @@ func (c *Cache) start(ctx context.Context, key Key, timeout time.Duration, find 
 		s := &search{done: make(chan struct{}), answer: a, ok: true}
 		close(s.done)
 		return s
+	}
+	if len(c.pending) >= maxShared {
+		return nil
 	}
 	s := &search{done: make(chan struct{})}
 	c.pending[key] = s

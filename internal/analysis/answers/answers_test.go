@@ -157,3 +157,37 @@ func (c *Cache) pendingCount() int {
 	defer c.mu.Unlock()
 	return len(c.pending)
 }
+
+// TestFindSharedBounded: with maxShared questions searched apart from their callers, a caller
+// asking another one searches it in its own time, and ends it when it leaves.
+func TestFindSharedBounded(t *testing.T) {
+	c := New(maxShared + 8)
+	release := make(chan struct{})
+	defer close(release)
+	blocked := func(context.Context) (string, bool) { <-release; return "", true }
+	for i := range maxShared {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel() // gone at once: the search stays
+		_, _ = c.Find(ctx, Key{byte(i), 1}, hangGuard, blocked)
+	}
+	if n := c.pendingCount(); n != maxShared {
+		t.Fatalf("%d searches under way, want %d", n, maxShared)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	var ended bool
+	a, ok := c.Find(ctx, Key{0, 2}, hangGuard, func(ctx context.Context) (string, bool) {
+		<-ctx.Done() // the caller's end, not hangGuard's
+		ended = true
+		return "", true
+	})
+	if !ended || a != "" || !ok {
+		t.Errorf("past the bound: %q, %t, search ended with its caller: %t", a, ok, ended)
+	}
+	if n := c.pendingCount(); n != maxShared {
+		t.Errorf("%d searches under way after one past the bound, want %d", n, maxShared)
+	}
+	if _, kept := c.Get(Key{0, 2}); kept {
+		t.Error("an interrupted search past the bound was remembered")
+	}
+}
