@@ -65,22 +65,23 @@ func (c *Cache) Searches() int64 { return c.searches.Load() }
 // and its context had not ended: an interrupted search proves nothing. ok is false when ctx ended
 // before the answer came; the answer is then "".
 //
-// At most maxShared questions are searched so at a time; beyond them a caller searches in its own
-// time, as if nobody else asked. find must not modify what it shares with its caller, which may
-// have returned when it runs.
-func (c *Cache) Find(ctx context.Context, key Key, timeout time.Duration, find func(ctx context.Context) (answer string, keep bool)) (string, bool) {
-	if a, ok := c.Get(key); ok {
-		return a, true
+// At most maxShared questions are searched so at a time; beyond them, and for a question without
+// a key (nil: one that cannot be digested), a caller searches in its own time, as if nobody else
+// asked. find must not modify what it shares with its caller, which may have returned when it runs.
+func (c *Cache) Find(ctx context.Context, key *Key, timeout time.Duration, find func(ctx context.Context) (answer string, keep bool)) (string, bool) {
+	var s *search
+	if key != nil {
+		if a, ok := c.Get(*key); ok {
+			return a, true
+		}
+		s = c.start(ctx, *key, timeout, find)
 	}
-	s := c.start(ctx, key, timeout, find)
 	if s == nil {
-		// Searches of maxShared questions under way: this one is the caller's own, as if
-		// nobody else asked it, and ends with it.
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		answer, keep := find(ctx)
-		if keep && ctx.Err() == nil {
-			c.found.Add(key, answer)
+		if key != nil && keep && ctx.Err() == nil {
+			c.found.Add(*key, answer)
 		}
 		return answer, true
 	}

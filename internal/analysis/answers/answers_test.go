@@ -10,7 +10,7 @@ import (
 // hangGuard only tells a blocked call from a slow one.
 const hangGuard = time.Minute
 
-func key(b byte) Key { return Key{b} }
+func key(b byte) *Key { return &Key{b} }
 
 // TestFindOnce: reviews asking the same question while it is searched share one search and its
 // answer, which is then remembered.
@@ -48,7 +48,7 @@ func TestFindOnce(t *testing.T) {
 	if n := c.Searches(); n != 1 {
 		t.Errorf("%d searches for %d callers of one question, want 1", n, callers)
 	}
-	if a, ok := c.Get(key(1)); !ok || a != "no GPU" {
+	if a, ok := c.Get(*key(1)); !ok || a != "no GPU" {
 		t.Errorf("remembered %q, %t", a, ok)
 	}
 }
@@ -88,7 +88,7 @@ func TestFindCases(t *testing.T) {
 			for c.pendingCount() > 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if _, kept := c.Get(key(1)); kept != tc.wantKept {
+			if _, kept := c.Get(*key(1)); kept != tc.wantKept {
 				t.Errorf("remembered: %t, want %t", kept, tc.wantKept)
 			}
 			// A question remembered is not searched again; one not remembered is.
@@ -124,7 +124,7 @@ func TestFindQuestionsApart(t *testing.T) {
 		return "ok", true
 	}
 	results := make(chan string, 2)
-	for _, k := range []Key{key(1), key(2)} {
+	for _, k := range []*Key{key(1), key(2)} {
 		go func() {
 			a, _ := c.Find(ctx, k, hangGuard, find)
 			results <- a
@@ -146,7 +146,7 @@ func TestFindQuestionsApart(t *testing.T) {
 	for c.pendingCount() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if a, ok := c.Get(key(3)); !ok || a != "" {
+	if a, ok := c.Get(*key(3)); !ok || a != "" {
 		t.Errorf("a search started by a caller already gone: %q, %t; want it run and remembered", a, ok)
 	}
 }
@@ -168,7 +168,7 @@ func TestFindSharedBounded(t *testing.T) {
 	for i := range maxShared {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel() // gone at once: the search stays
-		_, _ = c.Find(ctx, Key{byte(i), 1}, hangGuard, blocked)
+		_, _ = c.Find(ctx, &Key{byte(i), 1}, hangGuard, blocked)
 	}
 	if n := c.pendingCount(); n != maxShared {
 		t.Fatalf("%d searches under way, want %d", n, maxShared)
@@ -176,7 +176,7 @@ func TestFindSharedBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 	defer cancel()
 	var ended bool
-	a, ok := c.Find(ctx, Key{0, 2}, hangGuard, func(ctx context.Context) (string, bool) {
+	a, ok := c.Find(ctx, &Key{0, 2}, hangGuard, func(ctx context.Context) (string, bool) {
 		<-ctx.Done() // the caller's end, not hangGuard's
 		ended = true
 		return "", true
@@ -189,5 +189,21 @@ func TestFindSharedBounded(t *testing.T) {
 	}
 	if _, kept := c.Get(Key{0, 2}); kept {
 		t.Error("an interrupted search past the bound was remembered")
+	}
+}
+
+// TestFindWithoutKey: a question without a key is searched in the caller's time at each ask, and
+// nothing is remembered or counted as a shared search.
+func TestFindWithoutKey(t *testing.T) {
+	c := New(8)
+	asked := 0
+	for range 2 {
+		a, ok := c.Find(t.Context(), nil, hangGuard, func(context.Context) (string, bool) { asked++; return "held", true })
+		if a != "held" || !ok {
+			t.Errorf("Find: %q, %t", a, ok)
+		}
+	}
+	if asked != 2 || c.Searches() != 0 || c.found.Len() != 0 {
+		t.Errorf("searched %d times for 2 asks (want 2), %d shared searches (want 0), %d remembered (want 0)", asked, c.Searches(), c.found.Len())
 	}
 }

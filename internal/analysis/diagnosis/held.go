@@ -118,13 +118,9 @@ func (h *Held) HeldNow(ctx context.Context, namespace string, spec *resourceapi.
 		klog.FromContext(ctx).V(2).Info("Current allocations not indexed in time; no current-allocation check")
 		return "", nil
 	}
-	key := feasibility.QuestionKey(namespace, h.view.Features(ctx, s), spec)
-	if key == nil {
-		msg, _ := h.heldMessage(ctx, st, namespace, spec)
-		return msg, nil
-	}
 	// One search a question per fleet for every review asking it meanwhile (package answers).
-	msg, ok := st.answers.Find(ctx, *key, h.view.Timeout(), func(ctx context.Context) (string, bool) {
+	key := feasibility.QuestionKey(namespace, h.view.Features(ctx, s), spec)
+	msg, ok := st.answers.Find(ctx, key, h.view.Timeout(), func(ctx context.Context) (string, bool) {
 		return h.heldMessage(ctx, st, namespace, spec)
 	})
 	if !ok {

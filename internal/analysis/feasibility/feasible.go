@@ -50,18 +50,11 @@ func (v *View) Unsatisfiable(ctx context.Context, namespace string, spec *resour
 		return "", nil
 	}
 	features := v.Features(ctx, s)
-	verdictKey := QuestionKey(namespace, features, spec)
-	if verdictKey == nil {
-		ctx, cancel := context.WithTimeout(ctx, v.timeout)
-		defer cancel()
-		msg, _ := v.unsatisfiable(ctx, s, namespace, spec, features)
-		return msg, nil
-	}
 	// One search a question for every review asking it meanwhile (package answers). Nothing
 	// learnt under an ended context is a verdict: an interrupted evaluation looks exactly like
 	// one that found no device, and is neither remembered nor, past the review's own deadline,
 	// waited for ("": unknown).
-	msg, _ := s.verdicts.Find(ctx, *verdictKey, v.timeout, func(ctx context.Context) (string, bool) {
+	msg, _ := s.verdicts.Find(ctx, QuestionKey(namespace, features, spec), v.timeout, func(ctx context.Context) (string, bool) {
 		return v.unsatisfiable(ctx, s, namespace, spec, features)
 	})
 	return msg, nil
