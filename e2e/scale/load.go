@@ -15,7 +15,8 @@ import (
 type warningsKey struct{}
 
 // dialsKey carries the counter of connections one load's requests dialed (reviews straight to a
-// webhook: a request that found no idle connection opened one, a TLS handshake on both sides).
+// webhook: a request that found no idle connection dialed one, a TLS handshake on both sides,
+// whether or not it then used it).
 type dialsKey struct{}
 
 // countWarnings is the harness client's warning handler: it counts instead of logging each.

@@ -109,8 +109,11 @@ func (l *loader) podObject() []runtime.Object {
 // review sends one AdmissionReview and fails unless the webhook allowed it.
 func (r *reviewer) review(ctx context.Context, i int) error {
 	if n, ok := ctx.Value(dialsKey{}).(*atomic.Int64); ok {
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
-			if !c.Reused {
+		// Counted at the handshake, not where a request gets a new connection: a request that
+		// dialed and then took a connection another freed leaves its dial going, and that
+		// connection's handshake costs the webhook as much.
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
+			if err == nil {
 				n.Add(1)
 			}
 		}})
