@@ -5,21 +5,28 @@ import (
 	"testing"
 )
 
-// TestWebhookMaxRequestsInFlight: webhook.maxRequestsInFlight reaches the webhook's flag; the
-// schema refuses what the flag would (1..4096), naming the value.
-func TestWebhookMaxRequestsInFlight(t *testing.T) {
+// TestWebhookLimits: webhook.maxRequestsInFlight and webhook.maxConnections reach the webhook's
+// flags; the schema refuses what the flags would (1..4096; 0..65536), naming the value.
+func TestWebhookLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		sets          []string
+		flag          string
 		want, wantErr string
 	}{
-		{name: "default", want: "64"},
-		{name: "set", sets: []string{"webhook.maxRequestsInFlight=8"}, want: "8"},
-		{name: "highest", sets: []string{"webhook.maxRequestsInFlight=4096"}, want: "4096"},
-		{name: "zero", sets: []string{"webhook.maxRequestsInFlight=0"}, wantErr: "/webhook/maxRequestsInFlight"},
-		{name: "too many", sets: []string{"webhook.maxRequestsInFlight=4097"}, wantErr: "/webhook/maxRequestsInFlight"},
-		{name: "negative", sets: []string{"webhook.maxRequestsInFlight=-1"}, wantErr: "/webhook/maxRequestsInFlight"},
-		{name: "not a number", sets: []string{"webhook.maxRequestsInFlight=many"}, wantErr: "/webhook/maxRequestsInFlight"},
+		{name: "requests default", flag: "--max-requests-in-flight", want: "64"},
+		{name: "requests set", sets: []string{"webhook.maxRequestsInFlight=8"}, flag: "--max-requests-in-flight", want: "8"},
+		{name: "requests highest", sets: []string{"webhook.maxRequestsInFlight=4096"}, flag: "--max-requests-in-flight", want: "4096"},
+		{name: "requests zero", sets: []string{"webhook.maxRequestsInFlight=0"}, wantErr: "/webhook/maxRequestsInFlight"},
+		{name: "requests too many", sets: []string{"webhook.maxRequestsInFlight=4097"}, wantErr: "/webhook/maxRequestsInFlight"},
+		{name: "requests negative", sets: []string{"webhook.maxRequestsInFlight=-1"}, wantErr: "/webhook/maxRequestsInFlight"},
+		{name: "requests not a number", sets: []string{"webhook.maxRequestsInFlight=many"}, wantErr: "/webhook/maxRequestsInFlight"},
+		{name: "connections default", flag: "--max-connections", want: "0"},
+		{name: "connections set", sets: []string{"webhook.maxConnections=128"}, flag: "--max-connections", want: "128"},
+		{name: "connections highest", sets: []string{"webhook.maxConnections=65536"}, flag: "--max-connections", want: "65536"},
+		{name: "connections too many", sets: []string{"webhook.maxConnections=65537"}, wantErr: "/webhook/maxConnections"},
+		{name: "connections negative", sets: []string{"webhook.maxConnections=-1"}, wantErr: "/webhook/maxConnections"},
+		{name: "connections not a number", sets: []string{"webhook.maxConnections=many"}, wantErr: "/webhook/maxConnections"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := render(t, capabilities(t, clusters[len(clusters)-1]), values(t, tc.sets...))
@@ -32,8 +39,8 @@ func TestWebhookMaxRequestsInFlight(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := flagValue(r.webhookContainer(t).Command, "--max-requests-in-flight"); got != tc.want {
-				t.Errorf("webhook --max-requests-in-flight=%s, want %s", got, tc.want)
+			if got := flagValue(r.webhookContainer(t).Command, tc.flag); got != tc.want {
+				t.Errorf("webhook %s=%s, want %s", tc.flag, got, tc.want)
 			}
 		})
 	}

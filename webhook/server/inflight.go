@@ -13,6 +13,17 @@ const DefaultMaxRequestsInFlight = 64
 // by two orders of magnitude only lets a burst grow the heap again, which the limit is for.
 const maxMaxRequestsInFlight = 4096
 
+// idleRoom is how many connections past --max-requests-in-flight the webhook server keeps open
+// unless --max-connections says otherwise: the idle connections of several API servers (client-go
+// keeps 25 to a webhook), and no more. Each connection beyond would be a TLS handshake, a
+// millisecond or more of CPU: when reviews queue, the API server dials a connection for every
+// review that finds none idle, and unbounded, the handshakes took half the webhook's CPU and kept
+// the backlog from draining.
+const idleRoom = 192
+
+// maxMaxConnections caps --max-connections: a descriptor and a goroutine each.
+const maxMaxConnections = 65536
+
 // limitInFlight admits at most n requests into next at once; the others wait for a place, each
 // as long as its request lasts (the API server gives up on the webhook after timeoutSeconds and
 // closes the connection). A review in progress holds the review decoded, the checks' state and

@@ -40,6 +40,9 @@ type Options struct {
 	Timeouts Timeouts
 	// MaxRequestsInFlight bounds the requests the webhook server handles at once (limitInFlight).
 	MaxRequestsInFlight int
+	// MaxConnections bounds the connections the webhook server has open at once (see Start); 0
+	// means MaxRequestsInFlight and room for the API servers' idle connections (idleRoom).
+	MaxConnections int
 	// ShutdownDelay is how long the webhook keeps serving, not ready, after SIGTERM (see Run).
 	ShutdownDelay time.Duration
 
@@ -91,6 +94,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus endpoint /metrics (0 disables)")
 	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0 disables resyncs)")
 	fs.IntVar(&o.MaxRequestsInFlight, "max-requests-in-flight", o.MaxRequestsInFlight, "most requests the webhook server handles at once; the others wait for a place as long as the API server waits for them")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, fmt.Sprintf("most client connections the webhook server has open at once, at least --max-requests-in-flight (0: that and %d more, for the API servers' idle connections); further ones wait in the listen queue until one closes, so that a backlog of reviews does not cost a TLS handshake each", idleRoom))
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, how long to report not ready and keep serving before shutting down, so that the Service's endpoints drop this replica first (the pod's terminationGracePeriodSeconds must exceed it)")
 	cliflag.List(fs, "excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(namespaces []string) error {
 		o.ExcludedNamespaces = namespaces
@@ -133,6 +137,9 @@ func (o *Options) Validate() error {
 	if o.MaxRequestsInFlight < 1 || o.MaxRequestsInFlight > maxMaxRequestsInFlight {
 		errs = append(errs, fmt.Errorf("--max-requests-in-flight=%d: use 1..%d, e.g. %d", o.MaxRequestsInFlight, maxMaxRequestsInFlight, DefaultMaxRequestsInFlight))
 	}
+	if o.MaxConnections != 0 && (o.MaxConnections < o.MaxRequestsInFlight || o.MaxConnections > maxMaxConnections) {
+		errs = append(errs, fmt.Errorf("--max-connections=%d: use 0 (--max-requests-in-flight and %d) or %d..%d", o.MaxConnections, idleRoom, o.MaxRequestsInFlight, maxMaxConnections))
+	}
 	if o.ShutdownDelay < 0 || o.ShutdownDelay > maxShutdownDelay {
 		errs = append(errs, fmt.Errorf("--shutdown-delay=%s: use 0s..%s, e.g. %s", o.ShutdownDelay, maxShutdownDelay, DefaultShutdownDelay))
 	}
@@ -150,4 +157,12 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// maxConnections is MaxConnections with 0 resolved.
+func (o *Options) maxConnections() int {
+	if o.MaxConnections == 0 {
+		return o.MaxRequestsInFlight + idleRoom
+	}
+	return o.MaxConnections
 }

@@ -105,6 +105,27 @@ func TestValidate(t *testing.T) {
 			t.Errorf("--max-requests-in-flight=%d: Validate = %v, want %q", n, err, want)
 		}
 	}
+	for _, tc := range []struct {
+		requests, connections int
+		want                  string
+	}{
+		{requests: 64, connections: 0},
+		{requests: 64, connections: 64},
+		{requests: 4096, connections: maxMaxConnections},
+		{requests: 64, connections: 63, want: "--max-connections=63: use 0 (--max-requests-in-flight and 192) or 64..65536"},
+		{requests: 8, connections: -1, want: "--max-connections=-1: use 0"},
+		{requests: 8, connections: maxMaxConnections + 1, want: "--max-connections=65537: use 0"},
+		{requests: 8, connections: math.MaxInt, want: "use 0"},
+	} {
+		o := NewOptions()
+		o.MaxRequestsInFlight, o.MaxConnections = tc.requests, tc.connections
+		if err := o.Validate(); (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("--max-requests-in-flight=%d --max-connections=%d: Validate = %v, want %q", tc.requests, tc.connections, err, tc.want)
+		}
+	}
+	if o := NewOptions(); o.maxConnections() != DefaultMaxRequestsInFlight+idleRoom {
+		t.Errorf("default connections %d, want %d", o.maxConnections(), DefaultMaxRequestsInFlight+idleRoom)
+	}
 	if o := NewOptions(); o.Namespace != "gpu-dra" {
 		t.Errorf("namespace %q, want $POD_NAMESPACE", o.Namespace)
 	} else if err := o.Validate(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -57,17 +58,22 @@ type webhookServer struct {
 	webhook.Server
 	opts     webhook.Options
 	timeouts Timeouts
-	// maxInFlight bounds the requests handled at once (limitInFlight).
-	maxInFlight int
-	started     atomic.Bool
+	limits   limits
+	started  atomic.Bool
 	// draining: every answer from now on closes its connection (see drain), and the replica
 	// reports not ready (Run).
 	draining atomic.Bool
 }
 
-func newWebhookServer(opts webhook.Options, timeouts Timeouts, maxInFlight int) *webhookServer {
+// limits bound what the webhook server holds at once.
+type limits struct {
+	// requests handled (limitInFlight); connections open (netutil.LimitListener).
+	requests, connections int
+}
+
+func newWebhookServer(opts webhook.Options, timeouts Timeouts, l limits) *webhookServer {
 	opts.WebhookMux = http.NewServeMux()
-	return &webhookServer{Server: webhook.NewServer(opts), opts: opts, timeouts: timeouts, maxInFlight: maxInFlight}
+	return &webhookServer{Server: webhook.NewServer(opts), opts: opts, timeouts: timeouts, limits: l}
 }
 
 // Start serves until ctx ends, then shuts down gracefully as controller-runtime's does.
@@ -90,19 +96,22 @@ func (s *webhookServer) Start(ctx context.Context) error {
 			}
 		}()
 	}
-	listener, err := tls.Listen("tcp", s.addr(), cfg)
+	tcp, err := net.Listen("tcp", s.addr())
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	// Past the limit a connection is accepted (and its handshake made) only once another closes:
+	// the client's waiting requests take the connections it has as they free up.
+	listener := tls.NewListener(netutil.LimitListener(tcp, s.limits.connections), cfg)
 	srv := &http.Server{
-		Handler:           s.closeWhenDraining(limitInFlight(s.opts.WebhookMux, s.maxInFlight)),
+		Handler:           s.closeWhenDraining(limitInFlight(s.opts.WebhookMux, s.limits.requests)),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ReadHeaderTimeout: s.timeouts.ReadHeader,
 		ReadTimeout:       s.timeouts.Read,
 		IdleTimeout:       s.timeouts.Idle,
 		MaxHeaderBytes:    s.timeouts.MaxHeaderBytes,
 	}
-	logger.Info("Serving webhooks", "address", s.addr(), "timeouts", s.timeouts)
+	logger.Info("Serving webhooks", "address", s.addr(), "timeouts", s.timeouts, "maxRequestsInFlight", s.limits.requests, "maxConnections", s.limits.connections)
 	s.started.Store(true)
 	return serveUntilDone(ctx, srv, listener, "webhook server")
 }
