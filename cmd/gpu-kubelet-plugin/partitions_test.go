@@ -15,21 +15,35 @@ import (
 	"github.com/gpu-dra/gpu-dra/internal/testapiserver"
 )
 
-const (
-	// partitionedInventory cuts every GPU of the node in 16 partitions: 8 x 17 devices.
-	partitionedInventory = "defaults: {sharing: {mode: partitioned, partitions: 16}}\n"
-	// partitionableDevices turns on KEP-4815 in a 1.34 API server (beta and on from 1.36).
-	partitionableDevices = "DRAPartitionableDevices=true"
-)
+// partitionedInventory cuts every GPU of the node in 16 partitions: 8 x 17 devices.
+const partitionedInventory = "defaults: {sharing: {mode: partitioned, partitions: 16}}\n"
 
-// TestPartitions runs the plugin with a partitioned node group against a 1.34 API server with
-// partitionable devices on: it publishes each GPU's counter set in the slice of the devices that
-// consume it (1.34's rule) within the per-slice limits, prepares partitions of one GPU for two
-// claims, refuses the whole GPU beside them, and loses nothing when killed between prepares.
+// partitionsOn is, per kube-apiserver release, what turns partitionable devices (KEP-4815) on
+// and where the API server wants the counter sets (plugin.CounterLayout): 1.34 in the slices of
+// the devices that consume them (the 136 devices in 3), 1.35 and later in slices of their own
+// (the devices in 3, the 8 counter sets in a fourth).
+var partitionsOn = map[string]struct {
+	gates       string
+	withDevices bool
+	slices      int
+}{
+	"1.34": {gates: "DRAPartitionableDevices=true", withDevices: true, slices: 3},
+	"1.37": {slices: 4},
+}
+
+// TestPartitions runs the plugin with a partitioned node group against an API server with
+// partitionable devices on: it publishes each GPU's counter set where the release wants it within
+// the per-slice limits, prepares partitions of one GPU for two claims, refuses the whole GPU
+// beside them, and loses nothing when killed between prepares.
 func TestPartitions(t *testing.T) {
+	minor := testapiserver.Minor(t)
+	on, ok := partitionsOn[minor]
+	if !ok {
+		t.Skipf("SKIPPED: no expectations for kube-apiserver %s", minor)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := newCluster(t, v1Only, nil, testapiserver.WithFeatureGates(partitionableDevices))
+	c := newCluster(t, v1Only, nil, testapiserver.WithFeatureGates(on.gates))
 	inv := c.inventory(t, partitionedInventory)
 	p := c.startPlugin(t, "", inv)
 	k := p.register(ctx, false)
@@ -39,25 +53,7 @@ func TestPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sets := 0
-	for _, s := range list.Items {
-		if len(s.Spec.Devices) > 64 || len(s.Spec.SharedCounters) > 8 {
-			t.Errorf("slice %s: %d devices, %d counter sets", s.Name, len(s.Spec.Devices), len(s.Spec.SharedCounters))
-		}
-		here := map[string]bool{}
-		for _, set := range s.Spec.SharedCounters {
-			here[set.Name] = true
-			sets++
-		}
-		for _, d := range s.Spec.Devices {
-			if len(d.ConsumesCounters) != 1 || !here[d.ConsumesCounters[0].CounterSet] {
-				t.Errorf("slice %s: device %s consumes %+v, not a counter set of its slice", s.Name, d.Name, d.ConsumesCounters)
-			}
-		}
-	}
-	if sets != 8 || len(list.Items) != 3 {
-		t.Errorf("%d counter sets in %d slices, want 8 in 3", sets, len(list.Items))
-	}
+	checkCounterLayout(t, list.Items, on.withDevices, 8, on.slices)
 
 	a := c.allocatedClaim(t, ctx, "part-a", []string{"gpu-0-partition-1"})
 	b := c.allocatedClaim(t, ctx, "part-b", []string{"gpu-0-partition-2"})
@@ -123,10 +119,43 @@ func TestPartitions(t *testing.T) {
 	}
 }
 
-// TestPartitionsFallBack: where the API server drops partitionable devices (1.34 by default),
-// the same inventory publishes whole GPUs and says why, once.
+// TestPartitionsFallBack: where the API server drops partitionable devices (1.34 by default,
+// 1.36 and later with the gate off), the same inventory publishes whole GPUs and says why, once.
 func TestPartitionsFallBack(t *testing.T) {
-	checkFallBack(t, partitionedInventory, "defaults: {count: 4, sharing: {mode: partitioned, partitions: 2}}\n",
+	checkFallBack(t, map[string]string{"1.34": "", "1.37": "DRAPartitionableDevices=false"}, partitionedInventory, "defaults: {count: 4, sharing: {mode: partitioned, partitions: 2}}\n",
 		`group="defaults" want="partitioned" reason="API server drops sharedCounters (DRAPartitionableDevices off)"`,
 		func(d resourceapi.Device) bool { return len(d.ConsumesCounters) == 0 && len(d.Capacity) == 1 })
+}
+
+// checkCounterLayout: the slices hold sets counter sets in all, in want slices; every device
+// consumes one counter set, in its own slice withDevices, else one published in a slice without
+// devices; and no slice is over the API server's limits.
+func checkCounterLayout(t *testing.T, slices []resourceapi.ResourceSlice, withDevices bool, sets, want int) {
+	t.Helper()
+	published := map[string]bool{}
+	for _, s := range slices {
+		if len(s.Spec.Devices) > 64 || len(s.Spec.SharedCounters) > 8 {
+			t.Errorf("slice %s: %d devices, %d counter sets", s.Name, len(s.Spec.Devices), len(s.Spec.SharedCounters))
+		}
+		if !withDevices && len(s.Spec.Devices) > 0 && len(s.Spec.SharedCounters) > 0 {
+			t.Errorf("slice %s: devices and counter sets together, which this release refuses", s.Name)
+		}
+		for _, set := range s.Spec.SharedCounters {
+			published[set.Name] = true
+		}
+	}
+	for _, s := range slices {
+		here := map[string]bool{}
+		for _, set := range s.Spec.SharedCounters {
+			here[set.Name] = true
+		}
+		for _, d := range s.Spec.Devices {
+			if len(d.ConsumesCounters) != 1 || (withDevices && !here[d.ConsumesCounters[0].CounterSet]) || !published[d.ConsumesCounters[0].CounterSet] {
+				t.Errorf("slice %s: device %s consumes %+v, not a counter set where the release wants it", s.Name, d.Name, d.ConsumesCounters)
+			}
+		}
+	}
+	if len(published) != sets || len(slices) != want {
+		t.Errorf("%d counter sets in %d slices, want %d in %d", len(published), len(slices), sets, want)
+	}
 }

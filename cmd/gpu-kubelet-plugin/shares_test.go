@@ -193,25 +193,30 @@ func TestShares(t *testing.T) {
 	}
 }
 
-// TestSharesFallBack: where the API server drops consumable capacity (1.34 by default), the same
-// inventory publishes exclusive GPUs and says why, once.
+// TestSharesFallBack: where the API server drops consumable capacity (1.34 by default, 1.36 and
+// later with the gate off), the same inventory publishes exclusive GPUs and says why, once.
 func TestSharesFallBack(t *testing.T) {
-	checkFallBack(t, sharedInventory, "defaults: {count: 4, sharing: {mode: shared-memory}}\n",
+	checkFallBack(t, map[string]string{"1.34": "", "1.37": "DRAConsumableCapacity=false,DRAFractionalCapacityRange=false"}, sharedInventory, "defaults: {count: 4, sharing: {mode: shared-memory}}\n",
 		`group="defaults" want="shared-memory" reason="API server drops allowMultipleAllocations (DRAConsumableCapacity off)"`,
 		func(d resourceapi.Device) bool {
 			return d.AllowMultipleAllocations == nil && len(d.Capacity) == 1 && d.Capacity["memory"].RequestPolicy == nil
 		})
 }
 
-// checkFallBack runs the plugin with a sharing inventory against a 1.34 API server with its
-// defaults: the seed's whole GPUs are published (each exclusive by its own judgement), a whole
-// device is prepared, a change of the inventory to changed re-publishes, and the fallback line is
-// logged once, as want.
-func checkFallBack(t *testing.T, inventory, changed, want string, exclusive func(resourceapi.Device) bool) {
+// checkFallBack runs the plugin with a sharing inventory against an API server with the feature
+// off (off[release]: the feature gates that turn it off there): the seed's whole GPUs are
+// published (each exclusive by its own judgement), a whole device is prepared, a change of the
+// inventory to changed re-publishes, and the fallback line is logged once, as want.
+func checkFallBack(t *testing.T, off map[string]string, inventory, changed, want string, exclusive func(resourceapi.Device) bool) {
 	t.Helper()
+	minor := testapiserver.Minor(t)
+	gates, ok := off[minor]
+	if !ok {
+		t.Skipf("SKIPPED: no expectations for kube-apiserver %s", minor)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := newCluster(t, v1Only, nil)
+	c := newCluster(t, v1Only, nil, testapiserver.WithFeatureGates(gates))
 	inv := c.inventory(t, inventory)
 	p := c.startPlugin(t, "", inv, "--node-groups-poll-interval=200ms")
 	k := p.register(ctx, false)
