@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestWebhookLimits: webhook.maxRequestsInFlight and webhook.maxConnections reach the webhook's
-// flags; the schema refuses what the flags would (1..4096; 0..65536), naming the value.
+// TestWebhookLimits: webhook.maxRequestsInFlight, webhook.maxConnections and
+// webhook.maxHandshakesPerSecond reach the webhook's flags; the schema refuses what the flags
+// would (1..4096; 0..65536; 1..10000), naming the value.
 func TestWebhookLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -27,6 +28,12 @@ func TestWebhookLimits(t *testing.T) {
 		{name: "connections too many", sets: []string{"webhook.maxConnections=65537"}, wantErr: "/webhook/maxConnections"},
 		{name: "connections negative", sets: []string{"webhook.maxConnections=-1"}, wantErr: "/webhook/maxConnections"},
 		{name: "connections not a number", sets: []string{"webhook.maxConnections=many"}, wantErr: "/webhook/maxConnections"},
+		{name: "handshakes default", flag: "--max-handshakes-per-second", want: "50"},
+		{name: "handshakes set", sets: []string{"webhook.maxHandshakesPerSecond=5"}, flag: "--max-handshakes-per-second", want: "5"},
+		{name: "handshakes highest", sets: []string{"webhook.maxHandshakesPerSecond=10000"}, flag: "--max-handshakes-per-second", want: "10000"},
+		{name: "handshakes zero", sets: []string{"webhook.maxHandshakesPerSecond=0"}, wantErr: "/webhook/maxHandshakesPerSecond"},
+		{name: "handshakes too many", sets: []string{"webhook.maxHandshakesPerSecond=10001"}, wantErr: "/webhook/maxHandshakesPerSecond"},
+		{name: "handshakes not a number", sets: []string{"webhook.maxHandshakesPerSecond=many"}, wantErr: "/webhook/maxHandshakesPerSecond"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := render(t, capabilities(t, clusters[len(clusters)-1]), values(t, tc.sets...))

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -35,6 +36,10 @@ type reviewer struct {
 // be behind an API server, not with hundreds of idle connections the harness alone would keep.
 const apiServerIdleConns = 25
 
+// apiServerHandshakeTimeout is how long the API server's webhook client waits for a TLS handshake
+// (client-go's transport cache).
+const apiServerHandshakeTimeout = 10 * time.Second
+
 // client is w's one HTTP client, shared by every reviewer of w as the API server shares one
 // transport. Reviewers are made one after another, never concurrently.
 func (w *webhook) client() (*http.Client, error) {
@@ -48,6 +53,8 @@ func (w *webhook) client() (*http.Client, error) {
 	w.httpClient = &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: apiServerIdleConns,
+		// The API server's: a dial left waiting in a busy webhook's listen queue is given up.
+		TLSHandshakeTimeout: apiServerHandshakeTimeout,
 	}}
 	return w.httpClient, nil
 }

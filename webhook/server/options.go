@@ -43,6 +43,9 @@ type Options struct {
 	// MaxConnections bounds the connections the webhook server has open at once (see Start); 0
 	// means MaxRequestsInFlight and room for the API servers' idle connections (idleRoom).
 	MaxConnections int
+	// MaxHandshakesPerSecond paces the connections let through to their TLS handshake
+	// (pacedListener).
+	MaxHandshakesPerSecond int
 	// ShutdownDelay is how long the webhook keeps serving, not ready, after SIGTERM (see Run).
 	ShutdownDelay time.Duration
 
@@ -75,6 +78,7 @@ func NewOptions() *Options {
 		MetricsBindAddress:       ":8080",
 		Timeouts:                 DefaultTimeouts(),
 		MaxRequestsInFlight:      DefaultMaxRequestsInFlight,
+		MaxHandshakesPerSecond:   DefaultHandshakesPerSecond,
 		ShutdownDelay:            DefaultShutdownDelay,
 		MaxTemplatesPerNamespace: podinject.DefaultMaxTemplatesPerNamespace,
 		Namespace:                cliflag.PodNamespace(),
@@ -95,6 +99,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Resync, "resync-period", o.Resync, "informer resync period (0 disables resyncs)")
 	fs.IntVar(&o.MaxRequestsInFlight, "max-requests-in-flight", o.MaxRequestsInFlight, "most requests the webhook server handles at once; the others wait for a place as long as the API server waits for them")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, fmt.Sprintf("most client connections the webhook server has open at once, at least --max-requests-in-flight (0: that and %d more, for the API servers' idle connections); further ones wait in the listen queue until one closes, so that a backlog of reviews does not cost a TLS handshake each", idleRoom))
+	fs.IntVar(&o.MaxHandshakesPerSecond, "max-handshakes-per-second", o.MaxHandshakesPerSecond, "most new client connections the webhook server takes into a TLS handshake a second (as many at once); further ones wait in the listen queue, and those whose client gave up meanwhile are dropped unhandshaken")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, how long to report not ready and keep serving before shutting down, so that the Service's endpoints drop this replica first (the pod's terminationGracePeriodSeconds must exceed it)")
 	cliflag.List(fs, "excluded-namespaces", "comma-separated namespaces the webhook configurations' namespaceSelector excludes; pod reviews for them are denied, nothing is created there", func(namespaces []string) error {
 		o.ExcludedNamespaces = namespaces
@@ -139,6 +144,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxConnections != 0 && (o.MaxConnections < o.MaxRequestsInFlight || o.MaxConnections > maxMaxConnections) {
 		errs = append(errs, fmt.Errorf("--max-connections=%d: use 0 (--max-requests-in-flight and %d) or %d..%d", o.MaxConnections, idleRoom, o.MaxRequestsInFlight, maxMaxConnections))
+	}
+	if o.MaxHandshakesPerSecond < 1 || o.MaxHandshakesPerSecond > maxHandshakesPerSecond {
+		errs = append(errs, fmt.Errorf("--max-handshakes-per-second=%d: use 1..%d, e.g. %d", o.MaxHandshakesPerSecond, maxHandshakesPerSecond, DefaultHandshakesPerSecond))
 	}
 	if o.ShutdownDelay < 0 || o.ShutdownDelay > maxShutdownDelay {
 		errs = append(errs, fmt.Errorf("--shutdown-delay=%s: use 0s..%s, e.g. %s", o.ShutdownDelay, maxShutdownDelay, DefaultShutdownDelay))

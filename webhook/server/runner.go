@@ -71,7 +71,7 @@ func NewRunner(cfg *rest.Config, o *Options) (*Runner, error) {
 			CertName: o.CertName,
 			KeyName:  o.KeyName,
 			TLSOpts:  certs.TLSOpts(),
-		}, o.Timeouts, limits{requests: o.MaxRequestsInFlight, connections: o.maxConnections()}),
+		}, o.Timeouts, limits{requests: o.MaxRequestsInFlight, connections: o.maxConnections(), handshakes: o.MaxHandshakesPerSecond}),
 		healthz: map[string]healthz.Checker{},
 		readyz:  map[string]healthz.Checker{},
 	}

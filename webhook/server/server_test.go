@@ -123,6 +123,13 @@ func TestValidate(t *testing.T) {
 			t.Errorf("--max-requests-in-flight=%d --max-connections=%d: Validate = %v, want %q", tc.requests, tc.connections, err, tc.want)
 		}
 	}
+	for n, want := range map[int]string{1: "", maxHandshakesPerSecond: "", 0: "--max-handshakes-per-second=0: use 1..10000, e.g. 50", maxHandshakesPerSecond + 1: "--max-handshakes-per-second=10001: use 1..10000", -1: "use 1..10000", math.MaxInt: "use 1..10000"} {
+		o := NewOptions()
+		o.MaxHandshakesPerSecond = n
+		if err := o.Validate(); (err == nil) != (want == "") || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("--max-handshakes-per-second=%d: Validate = %v, want %q", n, err, want)
+		}
+	}
 	if o := NewOptions(); o.maxConnections() != DefaultMaxRequestsInFlight+idleRoom {
 		t.Errorf("default connections %d, want %d", o.maxConnections(), DefaultMaxRequestsInFlight+idleRoom)
 	}

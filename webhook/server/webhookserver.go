@@ -67,8 +67,9 @@ type webhookServer struct {
 
 // limits bound what the webhook server holds at once.
 type limits struct {
-	// requests handled (limitInFlight); connections open (netutil.LimitListener).
-	requests, connections int
+	// requests handled (limitInFlight); connections open (netutil.LimitListener); connections
+	// taken into a handshake a second (pacedListener).
+	requests, connections, handshakes int
 }
 
 func newWebhookServer(opts webhook.Options, timeouts Timeouts, l limits) *webhookServer {
@@ -101,8 +102,9 @@ func (s *webhookServer) Start(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	// Past the limit a connection is accepted (and its handshake made) only once another closes:
-	// the client's waiting requests take the connections it has as they free up.
-	listener := tls.NewListener(netutil.LimitListener(tcp, s.limits.connections), cfg)
+	// the client's waiting requests take the connections it has as they free up. The pacing sits
+	// under the limit so that it sees the TCP connection itself (peerGone).
+	listener := tls.NewListener(netutil.LimitListener(newPacedListener(tcp, s.limits.handshakes), s.limits.connections), cfg)
 	srv := &http.Server{
 		Handler:           s.closeWhenDraining(limitInFlight(s.opts.WebhookMux, s.limits.requests)),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
@@ -111,7 +113,7 @@ func (s *webhookServer) Start(ctx context.Context) error {
 		IdleTimeout:       s.timeouts.Idle,
 		MaxHeaderBytes:    s.timeouts.MaxHeaderBytes,
 	}
-	logger.Info("Serving webhooks", "address", s.addr(), "timeouts", s.timeouts, "maxRequestsInFlight", s.limits.requests, "maxConnections", s.limits.connections)
+	logger.Info("Serving webhooks", "address", s.addr(), "timeouts", s.timeouts, "maxRequestsInFlight", s.limits.requests, "maxConnections", s.limits.connections, "maxHandshakesPerSecond", s.limits.handshakes)
 	s.started.Store(true)
 	return serveUntilDone(ctx, srv, listener, "webhook server")
 }
