@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -193,5 +195,27 @@ func TestHolder(t *testing.T) {
 	}
 	if held != 5 {
 		t.Errorf("claims spread over %d namespaces, want 5", held)
+	}
+}
+
+// TestOverBySecond: the answers slower than the deadline, counted by the second they were sent
+// in, up to the last second with one; an answer at the deadline is in time.
+func TestOverBySecond(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		answers []answer
+		want    []int
+	}{
+		{name: "none", answers: nil, want: nil},
+		{name: "all in time", answers: []answer{{At: 0, Lat: 5 * ms}, {At: 1500 * ms, Lat: 100 * ms}}, want: nil},
+		{name: "late in the third second", answers: []answer{{At: 10 * ms, Lat: 5 * ms}, {At: 2100 * ms, Lat: 101 * ms}, {At: 2999 * ms, Lat: time.Second}}, want: []int{0, 0, 2}},
+		{name: "late in the first and third", answers: []answer{{At: 0, Lat: 200 * ms}, {At: 2 * time.Second, Lat: 200 * ms}, {At: 3 * time.Second, Lat: ms}}, want: []int{1, 0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := overBySecond(&result{Answers: tc.answers}, 100*ms); !slices.Equal(got, tc.want) {
+				t.Errorf("overBySecond = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

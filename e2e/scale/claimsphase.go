@@ -113,7 +113,7 @@ func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *h
 	}
 	var err error
 	cr.Churn, err = churnLoad(ctx, r.o, h, r.w.pid(), r.templates.review)
-	r.logger.Info("Claims churn", "nodes", n, "changes", cr.Churn.Changes.String(), "reviews", cr.Churn.Reviews.String(), "overDeadline", cr.Churn.Over, "restoreErr", err)
+	r.logger.Info("Claims churn", "nodes", n, "changes", cr.Churn.Changes.String(), "reviews", cr.Churn.Reviews.String(), "overDeadline", cr.Churn.Over, "overBySecond", overBySecond(cr.Churn.Reviews, cr.Churn.Deadline), "restoreErr", err)
 	return err
 }
 
@@ -143,6 +143,23 @@ func over(lat []time.Duration, d time.Duration) int {
 		}
 	}
 	return n
+}
+
+// overBySecond counts r's answers slower than d by the second of the load they were sent in,
+// up to the last second with one.
+func overBySecond(r *result, d time.Duration) []int {
+	var by []int
+	for _, a := range r.Answers {
+		if a.Lat <= d {
+			continue
+		}
+		s := int(a.At / time.Second)
+		for len(by) <= s {
+			by = append(by, 0)
+		}
+		by[s]++
+	}
+	return by
 }
 
 // whyPod is the pending pod kubectl dra why is timed on.

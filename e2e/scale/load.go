@@ -65,6 +65,9 @@ type result struct {
 	Warned   int // admitted with a warning (e.g. the feasibility check's)
 	Dials    int // connections dialed (reviews straight to a webhook)
 	Lat      []time.Duration
+	// Answers are when each answered request was sent, from the load's start, beside its latency
+	// (Lat is sorted): which moments of a load were slow.
+	Answers  []answer
 	FirstErr string
 	// Steal is the share of the machine's CPU time the host took while the load ran; CPU the
 	// webhook's own CPU time per request sent.
@@ -75,6 +78,9 @@ type result struct {
 	Busy float64
 }
 
+// answer is one answered request of a load.
+type answer struct{ At, Lat time.Duration }
+
 // merge adds o's requests to r (whose latencies then need sorting).
 func (r *result) merge(o *result) {
 	r.Sent += o.Sent
@@ -84,6 +90,7 @@ func (r *result) merge(o *result) {
 	r.Warned += o.Warned
 	r.Dials += o.Dials
 	r.Lat = append(r.Lat, o.Lat...)
+	r.Answers = append(r.Answers, o.Answers...)
 	if r.FirstErr == "" {
 		r.FirstErr = o.FirstErr
 	}
@@ -169,6 +176,7 @@ func drive(ctx context.Context, name string, rate, count int, op func(ctx contex
 				return
 			}
 			r.Lat = append(r.Lat, d)
+			r.Answers = append(r.Answers, answer{At: t.Sub(start), Lat: d})
 		}()
 	}
 	wg.Wait()

@@ -22,6 +22,9 @@ func (m *memoryRun) churnRounds(ctx context.Context, out io.Writer, mo MemoryOpt
 				return err
 			}
 			fmt.Fprintf(out, "- round %d %s: %d of %d past the deadline; %s\n", round+1, filepath.Base(bin), c.Over, len(c.Reviews.Lat), c.Reviews)
+			if c.Over > 0 {
+				fmt.Fprintf(out, "  - past the deadline, by second of the load: %v\n", overBySecond(c.Reviews, o.ReviewDeadline))
+			}
 			fmt.Fprintf(out, "  - its first second of reviews, %d s after ready: %d of %d past the deadline; %s\n", int(settle.Seconds()), over(warm.Lat, o.ReviewDeadline), len(warm.Lat), warm)
 		}
 	}

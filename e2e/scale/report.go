@@ -125,6 +125,9 @@ func printClaims(w io.Writer, nodes int, o Options, c *claimsResult) {
 		r := ch.Reviews
 		fmt.Fprintf(w, "- claims churn: %d allocation changes at %d/s (%d failed), template reviews at %d/s meanwhile: p50 %s, p99 %s, max %s; over the %s deadline: %d of %d answered, %d failed\n",
 			ch.Changes.Sent, ch.Changes.Rate, ch.Changes.Failed, r.Rate, ms(r.P50()), ms(r.P99()), ms(r.percentile(1)), ch.Deadline, ch.Over, len(r.Lat), r.Failed)
+		if ch.Over > 0 {
+			fmt.Fprintf(w, "  - over the deadline, by second of the load: %v\n", overBySecond(r, ch.Deadline))
+		}
 	}
 	fmt.Fprintf(w, "- `kubectl dra status`: %.2f s; `kubectl dra why pod/%s` (all GPUs of one node, which no node has free): %.2f s\n", c.Status.Seconds(), whyPod, c.Why.Seconds())
 }

@@ -81,5 +81,8 @@ func TestReviewerConnections(t *testing.T) {
 		if res.Dials != want {
 			t.Errorf("round %d: %d connections dialed, want %d (%d idle kept)", round, res.Dials, want, apiServerIdleConns)
 		}
+		if len(res.Answers) != len(res.Lat) || len(res.Lat) != held {
+			t.Errorf("round %d: %d answers with their times, %d latencies, want %d of each", round, len(res.Answers), len(res.Lat), held)
+		}
 	}
 }
