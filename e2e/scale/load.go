@@ -65,8 +65,8 @@ type result struct {
 	Warned   int // admitted with a warning (e.g. the feasibility check's)
 	Dials    int // connections dialed (reviews straight to a webhook)
 	Lat      []time.Duration
-	// Answers are when each answered request was sent, from the load's start, beside its latency
-	// (Lat is sorted): which moments of a load were slow.
+	// Answers are when each answered request was sent, from the load's start, beside its latency:
+	// which moments of a load were slow. Lat is their latencies, sorted.
 	Answers  []answer
 	FirstErr string
 	// Steal is the share of the machine's CPU time the host took while the load ran; CPU the
@@ -143,7 +143,7 @@ func drive(ctx context.Context, name string, rate, count int, op func(ctx contex
 			case <-ctx.Done():
 				r.Skipped += count - i
 				wg.Wait()
-				return r
+				return r.sorted()
 			case <-time.After(d):
 			}
 		}
@@ -175,11 +175,19 @@ func drive(ctx context.Context, name string, rate, count int, op func(ctx contex
 				}
 				return
 			}
-			r.Lat = append(r.Lat, d)
 			r.Answers = append(r.Answers, answer{At: t.Sub(start), Lat: d})
 		}()
 	}
 	wg.Wait()
+	return r.sorted()
+}
+
+// sorted sets Lat to the answers' latencies, sorted.
+func (r *result) sorted() *result {
+	r.Lat = make([]time.Duration, len(r.Answers))
+	for i, a := range r.Answers {
+		r.Lat[i] = a.Lat
+	}
 	slices.Sort(r.Lat)
 	return r
 }
