@@ -30,7 +30,9 @@ type claimsResult struct {
 	// the baseline's.
 	Templates, Pods []*comparison
 	Churn           *churnResult
-	Status, Why     time.Duration
+	// Status and Why are the median times of CLI's runs.
+	Status, Why time.Duration
+	CLI         *cliTimes
 }
 
 // churnResult is template reviews straight to the webhook while the claims' allocations change.
@@ -83,15 +85,15 @@ func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) 
 	if err := r.claimsDirect(ctx, n, cr, h); err != nil {
 		return nil, err
 	}
-	if cr.Status, err = timeKubectlDra(ctx, r.o, "status"); err != nil {
-		return nil, err
-	}
 	pod, err := r.pendingPod(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if cr.Why, err = timeKubectlDra(ctx, r.o, "why", "pod/"+pod, "-n", loadNamespace); err != nil {
-		return nil, err
+	if r.o.KubectlDra != "" {
+		if cr.CLI, err = r.timeCLISettled(ctx, pod); err != nil {
+			return nil, err
+		}
+		cr.Status, cr.Why = medianWall(cr.CLI.Status), medianWall(cr.CLI.Why)
 	}
 	r.logger.Info("Claims phase done", "nodes", n, "claims", cr.Claims, "rssMiB", mib(cr.Mem.RSS), "restartPeakMiB", mib(cr.Restart.HWM), "status", cr.Status, "why", cr.Why)
 	return cr, nil
@@ -210,6 +212,8 @@ func timeKubectlDra(ctx context.Context, o Options, args ...string) (time.Durati
 type cliRun struct {
 	Wall, CPU, ServerCPU time.Duration
 	MaxRSS               int64
+	// Others names the processes that took the most CPU meanwhile, where the caller notes them.
+	Others string
 }
 
 // runKubectlDra is timeKubectlDra that also returns the CPU time and peak RSS of the command.

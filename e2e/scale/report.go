@@ -129,7 +129,9 @@ func printClaims(w io.Writer, nodes int, o Options, c *claimsResult) {
 			fmt.Fprintf(w, "  - over the deadline, by second of the load: %v\n", overBySecond(r, ch.Deadline))
 		}
 	}
-	fmt.Fprintf(w, "- `kubectl dra status`: %.2f s; `kubectl dra why pod/%s` (all GPUs of one node, which no node has free): %.2f s\n", c.Status.Seconds(), whyPod, c.Why.Seconds())
+	if c.CLI != nil {
+		printCLITimes(w, c.CLI)
+	}
 }
 
 func ratio(a, b int64) float64 {

@@ -1,0 +1,183 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The full run times kubectl dra status and why with the claims in place, after the loads. The
+// loads end with the controllers resuming and the churn's last changes reaching every watcher,
+// the registered webhook among them; a command timed in those seconds measures that catching up
+// as much as the command. So the commands wait for the machine to settle, boundedly, then run
+// cliRounds times each, and each run says which other processes took CPU meanwhile.
+const (
+	cliRounds = 3
+	// quietBusy is the share of the machine's CPU, over settleWindow, below which it counts as
+	// settled; settleMax bounds the wait, after which the commands run anyway and say so.
+	quietBusy    = 50.0
+	settleWindow = 2 * time.Second
+	settleMax    = 60 * time.Second
+)
+
+// cliTimes is status and why, cliRounds runs each, once the machine settled.
+type cliTimes struct {
+	// Waited is how long the machine took to settle, Busy its share of CPU busy in the last
+	// window before the commands; Settled is false when settleMax ran out first.
+	Waited      time.Duration
+	Busy        float64
+	Settled     bool
+	Status, Why []cliRun
+}
+
+// waitQuiet waits until the machine's busy share over one window is below quietBusy, or maxWait
+// passed. sample reads the machine's CPU accounting (sampleCPU with no process, in a run).
+func waitQuiet(ctx context.Context, sample func() (cpuSample, error), window, maxWait time.Duration) (waited time.Duration, busy float64, settled bool, err error) {
+	start := time.Now()
+	for {
+		a, err := sample()
+		if err != nil {
+			return 0, 0, false, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, false, ctx.Err()
+		case <-time.After(window):
+		}
+		b, err := sample()
+		if err != nil {
+			return 0, 0, false, err
+		}
+		busy = busyPercent(a, b)
+		waited = time.Since(start)
+		if busy < quietBusy {
+			return waited, busy, true, nil
+		}
+		if waited >= maxWait {
+			return waited, busy, false, nil
+		}
+	}
+}
+
+// timeCLISettled waits for the machine to settle, then times status and why cliRounds times
+// each, alternating.
+func (r *runner) timeCLISettled(ctx context.Context, pod string) (*cliTimes, error) {
+	ct := &cliTimes{}
+	var err error
+	if ct.Waited, ct.Busy, ct.Settled, err = waitQuiet(ctx, func() (cpuSample, error) { return sampleCPU(0) }, settleWindow, settleMax); err != nil {
+		return nil, err
+	}
+	for range cliRounds {
+		s, err := runKubectlDraAmong(ctx, r.o, "status")
+		if err != nil {
+			return nil, err
+		}
+		w, err := runKubectlDraAmong(ctx, r.o, "why", "pod/"+pod, "-n", loadNamespace)
+		if err != nil {
+			return nil, err
+		}
+		ct.Status, ct.Why = append(ct.Status, s), append(ct.Why, w)
+	}
+	return ct, nil
+}
+
+// runKubectlDraAmong is runKubectlDra that also notes the processes that used the most CPU
+// while the command ran.
+func runKubectlDraAmong(ctx context.Context, o Options, args ...string) (cliRun, error) {
+	before := cpuByName()
+	r, err := runKubectlDra(ctx, o, args...)
+	r.Others = topCPU(before, cpuByName(), 3)
+	return r, err
+}
+
+// cpuByName is every running process's user+system clock ticks, summed by command name.
+func cpuByName() map[string]int64 {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	by := map[string]int64{}
+	for _, p := range procs {
+		data, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue // not a process, or gone meanwhile
+		}
+		open, end := strings.IndexByte(string(data), '('), strings.LastIndexByte(string(data), ')')
+		if open < 0 || end < open {
+			continue
+		}
+		if _, ticks, err := procStat(p.Name()); err == nil {
+			by[string(data[open+1:end])] += ticks
+		}
+	}
+	return by
+}
+
+// topCPU names the n processes whose CPU time grew most from a to b, with how much: "name 0.52
+// s, ...". Processes that ended meanwhile are not in b and are left out.
+func topCPU(a, b map[string]int64, n int) string {
+	type use struct {
+		name  string
+		ticks int64
+	}
+	var uses []use
+	for name, t := range b {
+		if d := t - a[name]; d > 0 {
+			uses = append(uses, use{name, d})
+		}
+	}
+	slices.SortFunc(uses, func(x, y use) int {
+		if x.ticks != y.ticks {
+			return int(y.ticks - x.ticks)
+		}
+		return strings.Compare(x.name, y.name)
+	})
+	var parts []string
+	for _, u := range uses[:min(n, len(uses))] {
+		parts = append(parts, fmt.Sprintf("%s %.2f s", u.name, float64(u.ticks)/clockTicks))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// medianWall is the median wall time of runs (the upper one of an even count).
+func medianWall(runs []cliRun) time.Duration {
+	if len(runs) == 0 {
+		return 0
+	}
+	ws := make([]time.Duration, len(runs))
+	for i, r := range runs {
+		ws[i] = r.Wall
+	}
+	slices.Sort(ws)
+	return ws[len(ws)/2]
+}
+
+// printCLITimes is the report's lines for ct.
+func printCLITimes(w io.Writer, ct *cliTimes) {
+	state := fmt.Sprintf("the machine settled after %.0f s (busy %.0f %% over %s)", ct.Waited.Seconds(), ct.Busy, settleWindow)
+	if !ct.Settled {
+		state = fmt.Sprintf("the machine still busy after %.0f s (%.0f %% over %s), run anyway", ct.Waited.Seconds(), ct.Busy, settleWindow)
+	}
+	fmt.Fprintf(w, "- `kubectl dra status` and `kubectl dra why pod/%s` (all GPUs of one node, which no node has free), %s, %d runs each:\n", whyPod, state, len(ct.Status))
+	for _, c := range []struct {
+		name string
+		runs []cliRun
+	}{{"status", ct.Status}, {"why", ct.Why}} {
+		walls := make([]time.Duration, len(c.runs))
+		for i, r := range c.runs {
+			walls[i] = r.Wall
+		}
+		fmt.Fprintf(w, "  - %s: %s", c.name, secondsRange(walls))
+		for i, r := range c.runs {
+			fmt.Fprintf(w, "; run %d %.2f s (its CPU %.2f s; meanwhile %s)", i+1, r.Wall.Seconds(), r.CPU.Seconds(), r.Others)
+		}
+		fmt.Fprintln(w)
+	}
+}
