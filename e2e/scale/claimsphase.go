@@ -241,7 +241,7 @@ func runKubectlDra(ctx context.Context, o Options, args ...string) (cliRun, erro
 type upstreamResult struct {
 	Templates   []*comparison
 	Ours, Fresh memory
-	// Theirs is the upstream webhook's after the loads, TheirsIdle once it answered /readyz.
+	// Theirs is the upstream webhook's after the loads, TheirsIdle settle after it answered /readyz.
 	Theirs, TheirsIdle memory
 }
 
@@ -258,6 +258,7 @@ func (r *runner) upstreamLoads(ctx context.Context, n int, fresh memory) (*upstr
 		return nil, err
 	}
 	ur := &upstreamResult{Fresh: fresh}
+	time.Sleep(settle) // as long after ready as fresh was read
 	if ur.TheirsIdle, err = u.memory(); err != nil {
 		return nil, err
 	}
