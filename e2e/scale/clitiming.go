@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -11,10 +12,14 @@ import (
 )
 
 // The full run times kubectl dra status and why with the claims in place, after the loads. The
-// loads end with the controllers resuming and the churn's last changes reaching every watcher,
-// the registered webhook among them; a command timed in those seconds measures that catching up
-// as much as the command. So the commands wait for the machine to settle, boundedly, then run
-// cliRounds times each, and each run says which other processes took CPU meanwhile.
+// loads end with the churn's last changes reaching every watcher, the registered webhook among
+// them; a command timed in those seconds measures that catching up as much as the command. So the
+// commands wait for the machine to settle, boundedly, then run cliRounds times each, and each run
+// says which other processes took CPU meanwhile. The controllers stay paused, as for the direct
+// loads and for the same reason: the fake nodes never report Ready, the node lifecycle controller
+// keeps updating them, and every Node update sends the pending pod of why back to the scheduler,
+// which searches the whole fleet for it each time (0.4–1.6 s of the scheduler's CPU during each
+// run of about 2 s when they ran).
 const (
 	cliRounds = 3
 	// quietBusy is the share of the machine's CPU, over settleWindow, below which it counts as
@@ -28,9 +33,11 @@ const (
 type cliTimes struct {
 	// Waited is how long the machine took to settle, Busy its share of CPU busy in the last
 	// window before the commands; Settled is false when settleMax ran out first.
-	Waited      time.Duration
-	Busy        float64
-	Settled     bool
+	Waited  time.Duration
+	Busy    float64
+	Settled bool
+	// Paused: the controller-manager and the scheduler were paused meanwhile.
+	Paused      bool
 	Status, Why []cliRun
 }
 
@@ -66,7 +73,10 @@ func waitQuiet(ctx context.Context, sample func() (cpuSample, error), window, ma
 // timeCLISettled waits for the machine to settle, then times status and why cliRounds times
 // each, alternating.
 func (r *runner) timeCLISettled(ctx context.Context, pod string) (*cliTimes, error) {
-	ct := &cliTimes{}
+	ct := &cliTimes{Paused: r.o.PauseControllers}
+	if ct.Paused {
+		defer pauseControllers(r.logger)()
+	}
 	var err error
 	if ct.Waited, ct.Busy, ct.Settled, err = waitQuiet(ctx, func() (cpuSample, error) { return sampleCPU(0) }, settleWindow, settleMax); err != nil {
 		return nil, err
@@ -102,16 +112,8 @@ func cpuByName() map[string]int64 {
 	}
 	by := map[string]int64{}
 	for _, p := range procs {
-		data, err := os.ReadFile("/proc/" + p.Name() + "/stat")
-		if err != nil {
-			continue // not a process, or gone meanwhile
-		}
-		open, end := strings.IndexByte(string(data), '('), strings.LastIndexByte(string(data), ')')
-		if open < 0 || end < open {
-			continue
-		}
-		if _, ticks, err := procStat(p.Name()); err == nil {
-			by[string(data[open+1:end])] += ticks
+		if comm, _, ticks, err := readProcStat(p.Name()); err == nil { // else not a process, or gone meanwhile
+			by[comm] += ticks
 		}
 	}
 	return by
@@ -131,10 +133,7 @@ func topCPU(a, b map[string]int64, n int) string {
 		}
 	}
 	slices.SortFunc(uses, func(x, y use) int {
-		if x.ticks != y.ticks {
-			return int(y.ticks - x.ticks)
-		}
-		return strings.Compare(x.name, y.name)
+		return cmp.Or(cmp.Compare(y.ticks, x.ticks), strings.Compare(x.name, y.name))
 	})
 	var parts []string
 	for _, u := range uses[:min(n, len(uses))] {
@@ -164,6 +163,9 @@ func printCLITimes(w io.Writer, ct *cliTimes) {
 	state := fmt.Sprintf("the machine settled after %.0f s (busy %.0f %% over %s)", ct.Waited.Seconds(), ct.Busy, settleWindow)
 	if !ct.Settled {
 		state = fmt.Sprintf("the machine still busy after %.0f s (%.0f %% over %s), run anyway", ct.Waited.Seconds(), ct.Busy, settleWindow)
+	}
+	if ct.Paused {
+		state += ", the controller-manager and the scheduler paused"
 	}
 	fmt.Fprintf(w, "- `kubectl dra status` and `kubectl dra why pod/%s` (all GPUs of one node, which no node has free), %s, %d runs each:\n", whyPod, state, len(ct.Status))
 	for _, c := range []struct {

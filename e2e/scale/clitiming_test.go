@@ -115,7 +115,12 @@ func TestMedianWallAndReport(t *testing.T) {
 	}
 	out.Reset()
 	printCLITimes(&out, &cliTimes{Waited: time.Minute, Busy: 80, Status: runs, Why: runs})
-	if !strings.Contains(out.String(), "still busy after 60 s (80 %") {
-		t.Errorf("an unsettled machine is not said:\n%s", out.String())
+	if !strings.Contains(out.String(), "still busy after 60 s (80 %") || strings.Contains(out.String(), "paused") {
+		t.Errorf("an unsettled machine is not said, or paused controllers are said where none were:\n%s", out.String())
+	}
+	out.Reset()
+	printCLITimes(&out, &cliTimes{Paused: true, Settled: true, Status: runs, Why: runs})
+	if !strings.Contains(out.String(), "the controller-manager and the scheduler paused") {
+		t.Errorf("paused controllers are not said:\n%s", out.String())
 	}
 }

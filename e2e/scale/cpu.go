@@ -56,26 +56,34 @@ func sampleCPU(pid int) (cpuSample, error) {
 
 // procStat reads /proc/PID/stat: the process's parent and its user+system clock ticks.
 func procStat(pid string) (ppid string, ticks int64, err error) {
+	_, ppid, ticks, err = readProcStat(pid)
+	return ppid, ticks, err
+}
+
+// readProcStat reads /proc/PID/stat: the process's command name, parent and user+system clock
+// ticks.
+func readProcStat(pid string) (comm, ppid string, ticks int64, err error) {
 	data, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
-		return "", 0, err
+		return "", "", 0, err
 	}
-	// Fields after the command name, which is in parentheses and may hold spaces: state, ppid,
-	// ... utime and stime are the 12th and 13th.
-	rest := string(data)
-	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-		rest = rest[i+1:]
+	// The command name is in parentheses and may hold spaces and parentheses; the fields after
+	// it: state, ppid, ... utime and stime are the 12th and 13th.
+	line := string(data)
+	open, end := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
+	if open < 0 || end < open {
+		return "", "", 0, fmt.Errorf("/proc/%s/stat: no command name", pid)
 	}
-	f := strings.Fields(rest)
+	f := strings.Fields(line[end+1:])
 	if len(f) < 13 {
-		return "", 0, fmt.Errorf("/proc/%s/stat: too few fields", pid)
+		return "", "", 0, fmt.Errorf("/proc/%s/stat: too few fields", pid)
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return "", 0, fmt.Errorf("/proc/%s/stat: utime %q, stime %q", pid, f[11], f[12])
+		return "", "", 0, fmt.Errorf("/proc/%s/stat: utime %q, stime %q", pid, f[11], f[12])
 	}
-	return f[1], utime + stime, nil
+	return line[open+1 : end], f[1], utime + stime, nil
 }
 
 // stealPercent is the share of the machine's CPU time stolen between a and b.
