@@ -98,39 +98,51 @@ func (r *runner) timeCLISettled(ctx context.Context, pod string) (*cliTimes, err
 // runKubectlDraAmong is runKubectlDra that also notes the processes that used the most CPU
 // while the command ran.
 func runKubectlDraAmong(ctx context.Context, o Options, args ...string) (cliRun, error) {
-	before := cpuByName()
+	before := processes()
 	r, err := runKubectlDra(ctx, o, args...)
-	r.Others = topCPU(before, cpuByName(), 3)
+	r.Others = topCPU(before, processes(), 3)
 	return r, err
 }
 
-// cpuByName is every running process's user+system clock ticks, summed by command name.
-func cpuByName() map[string]int64 {
+// process is one running process: its command name and user+system clock ticks.
+type process struct {
+	comm  string
+	ticks int64
+}
+
+// processes is every running process by pid.
+func processes() map[string]process {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	by := map[string]int64{}
+	by := map[string]process{}
 	for _, p := range procs {
 		if comm, _, ticks, err := readProcStat(p.Name()); err == nil { // else not a process, or gone meanwhile
-			by[comm] += ticks
+			by[p.Name()] = process{comm, ticks}
 		}
 	}
 	return by
 }
 
-// topCPU names the n processes whose CPU time grew most from a to b, with how much: "name 0.52
-// s, ...". Processes that ended meanwhile are not in b and are left out.
-func topCPU(a, b map[string]int64, n int) string {
+// topCPU names the n commands whose processes' CPU time grew most from a to b, with how much:
+// "name 0.52 s, ...". A process is told by its pid, not its name, which a kernel worker changes
+// with the work it does; it is named as in b. One that started meanwhile counts whole, one that
+// ended meanwhile is not in b and is left out.
+func topCPU(a, b map[string]process, n int) string {
+	byName := map[string]int64{}
+	for pid, p := range b {
+		if d := p.ticks - a[pid].ticks; d > 0 {
+			byName[p.comm] += d
+		}
+	}
 	type use struct {
 		name  string
 		ticks int64
 	}
 	var uses []use
-	for name, t := range b {
-		if d := t - a[name]; d > 0 {
-			uses = append(uses, use{name, d})
-		}
+	for name, t := range byName {
+		uses = append(uses, use{name, t})
 	}
 	slices.SortFunc(uses, func(x, y use) int {
 		return cmp.Or(cmp.Compare(y.ticks, x.ticks), strings.Compare(x.name, y.name))

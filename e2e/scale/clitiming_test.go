@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,14 +66,26 @@ func TestWaitQuiet(t *testing.T) {
 }
 
 func TestTopCPU(t *testing.T) {
-	a := map[string]int64{"kube-apiserver": 1000, "etcd": 500, "gpu-webhook": 300, "idle": 7}
-	b := map[string]int64{"kube-apiserver": 1052, "etcd": 510, "gpu-webhook": 330, "idle": 7, "new": 10}
+	a := map[string]process{
+		"10": {"kube-apiserver", 1000}, "11": {"etcd", 500}, "12": {"gpu-webhook", 300}, "13": {"idle", 7},
+		"20": {"kworker/u8:2-events", 900}, "21": {"kworker/0:1-events", 100}, "30": {"gone", 50},
+	}
+	b := map[string]process{
+		"10": {"kube-apiserver", 1052}, "11": {"etcd", 510}, "12": {"gpu-webhook", 330}, "13": {"idle", 7},
+		// A kernel worker renamed by its work counts what it did meanwhile, not all it ever did.
+		"20": {"kworker/u8:2-writeback", 904},
+		"21": {"kworker/0:1-events", 101},
+		// Started meanwhile: all of it.
+		"40": {"new", 10},
+		// Two processes of one name add up.
+		"41": {"etcd", 5},
+	}
 	for _, tc := range []struct {
 		n    int
 		want string
 	}{
-		{3, "kube-apiserver 0.52 s, gpu-webhook 0.30 s, etcd 0.10 s"},
-		{5, "kube-apiserver 0.52 s, gpu-webhook 0.30 s, etcd 0.10 s, new 0.10 s"},
+		{3, "kube-apiserver 0.52 s, gpu-webhook 0.30 s, etcd 0.15 s"},
+		{6, "kube-apiserver 0.52 s, gpu-webhook 0.30 s, etcd 0.15 s, new 0.10 s, kworker/u8:2-writeback 0.04 s, kworker/0:1-events 0.01 s"},
 		{1, "kube-apiserver 0.52 s"},
 	} {
 		if got := topCPU(a, b, tc.n); got != tc.want {
@@ -84,17 +97,17 @@ func TestTopCPU(t *testing.T) {
 	}
 }
 
-func TestCPUByName(t *testing.T) {
+func TestProcesses(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skipf("no /proc here (%v): cpuByName reads Linux's process table", err)
+		t.Skipf("no /proc here (%v): processes reads Linux's process table", err)
 	}
-	by := cpuByName()
 	self, err := os.ReadFile("/proc/self/comm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := by[strings.TrimSpace(string(self))]; !ok {
-		t.Errorf("this process (%q) is not among %d names", strings.TrimSpace(string(self)), len(by))
+	p, ok := processes()[strconv.Itoa(os.Getpid())]
+	if !ok || p.comm != strings.TrimSpace(string(self)) {
+		t.Errorf("this process: %+v (found %v), want the name %q", p, ok, strings.TrimSpace(string(self)))
 	}
 }
 
