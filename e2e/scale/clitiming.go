@@ -16,10 +16,10 @@ import (
 // them; a command timed in those seconds measures that catching up as much as the command. So the
 // commands wait for the machine to settle, boundedly, then run cliRounds times each, and each run
 // says which other processes took CPU meanwhile. The controllers stay paused, as for the direct
-// loads and for the same reason: the fake nodes never report Ready, the node lifecycle controller
-// keeps updating them, and every Node update sends the pending pod of why back to the scheduler,
-// which searches the whole fleet for it each time (0.4–1.6 s of the scheduler's CPU during each
-// run of about 2 s when they ran).
+// loads and for the same reason: the fake nodes never report Ready and the node lifecycle
+// controller keeps writing to them, and meanwhile the scheduler tried the pending pod of why again
+// every second or so, each time searching the whole fleet for it (0.4–1.6 s of the scheduler's
+// CPU during each run of about 2 s when they ran).
 const (
 	cliRounds = 3
 	// quietBusy is the share of the machine's CPU, over settleWindow, below which it counts as
@@ -162,12 +162,18 @@ func medianWall(runs []cliRun) time.Duration {
 	if len(runs) == 0 {
 		return 0
 	}
+	ws := walls(runs)
+	slices.Sort(ws)
+	return ws[len(ws)/2]
+}
+
+// walls is each run's wall time, in order.
+func walls(runs []cliRun) []time.Duration {
 	ws := make([]time.Duration, len(runs))
 	for i, r := range runs {
 		ws[i] = r.Wall
 	}
-	slices.Sort(ws)
-	return ws[len(ws)/2]
+	return ws
 }
 
 // printCLITimes is the report's lines for ct.
@@ -184,11 +190,7 @@ func printCLITimes(w io.Writer, ct *cliTimes) {
 		name string
 		runs []cliRun
 	}{{"status", ct.Status}, {"why", ct.Why}} {
-		walls := make([]time.Duration, len(c.runs))
-		for i, r := range c.runs {
-			walls[i] = r.Wall
-		}
-		fmt.Fprintf(w, "  - %s: %s", c.name, secondsRange(walls))
+		fmt.Fprintf(w, "  - %s: %s", c.name, secondsRange(walls(c.runs)))
 		for i, r := range c.runs {
 			fmt.Fprintf(w, "; run %d %.2f s (its CPU %.2f s; meanwhile %s)", i+1, r.Wall.Seconds(), r.CPU.Seconds(), r.Others)
 		}

@@ -10,8 +10,7 @@ import (
 	"time"
 )
 
-// samples returns a sampler that hands out the busy shares of want in turn, one window each (two
-// samples a window, the second one busy% of the machine after the first).
+// samples returns a sampler whose windows, two samples each, are busy by the given shares in turn.
 func samples(busy ...float64) func() (cpuSample, error) {
 	var s cpuSample
 	i := 0
