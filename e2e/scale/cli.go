@@ -172,15 +172,15 @@ func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer
 // childrenCPU is the CPU time (user and system) of this process's children that are running:
 // envtest's etcd and kube-apiserver.
 func childrenCPU() time.Duration {
-	procs, err := os.ReadDir("/proc")
+	procs, err := processes()
 	if err != nil {
 		return 0
 	}
 	self := strconv.Itoa(os.Getpid())
 	var ticks int64
 	for _, p := range procs {
-		if ppid, t, err := procStat(p.Name()); err == nil && ppid == self {
-			ticks += t
+		if p.ppid == self {
+			ticks += p.ticks
 		}
 	}
 	return time.Duration(ticks) * time.Second / clockTicks

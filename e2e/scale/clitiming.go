@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -98,31 +99,36 @@ func (r *runner) timeCLISettled(ctx context.Context, pod string) (*cliTimes, err
 // runKubectlDraAmong is runKubectlDra that also notes the processes that used the most CPU
 // while the command ran.
 func runKubectlDraAmong(ctx context.Context, o Options, args ...string) (cliRun, error) {
-	before := processes()
+	before, _ := processes() // without a process table, nothing is named
 	r, err := runKubectlDra(ctx, o, args...)
-	r.Others = topCPU(before, processes(), 3)
+	after, _ := processes()
+	r.Others = topCPU(before, after, 3)
 	return r, err
 }
 
-// process is one running process: its command name and user+system clock ticks.
+// process is one running process: its command name (the kernel cuts it at 15 bytes), parent and
+// user+system clock ticks.
 type process struct {
-	comm  string
-	ticks int64
+	comm, ppid string
+	ticks      int64
 }
 
 // processes is every running process by pid.
-func processes() map[string]process {
+func processes() (map[string]process, error) {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	by := map[string]process{}
 	for _, p := range procs {
-		if comm, _, ticks, err := readProcStat(p.Name()); err == nil { // else not a process, or gone meanwhile
-			by[p.Name()] = process{comm, ticks}
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue // not a process: also /proc/self, which would count the caller twice
+		}
+		if comm, ppid, ticks, err := readProcStat(p.Name()); err == nil { // else gone meanwhile
+			by[p.Name()] = process{comm, ppid, ticks}
 		}
 	}
-	return by
+	return by, nil
 }
 
 // topCPU names the n commands whose processes' CPU time grew most from a to b, with how much:
@@ -162,9 +168,7 @@ func medianWall(runs []cliRun) time.Duration {
 	if len(runs) == 0 {
 		return 0
 	}
-	ws := walls(runs)
-	slices.Sort(ws)
-	return ws[len(ws)/2]
+	return slices.Sorted(slices.Values(walls(runs)))[len(runs)/2]
 }
 
 // walls is each run's wall time, in order.

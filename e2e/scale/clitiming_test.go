@@ -66,18 +66,18 @@ func TestWaitQuiet(t *testing.T) {
 
 func TestTopCPU(t *testing.T) {
 	a := map[string]process{
-		"10": {"kube-apiserver", 1000}, "11": {"etcd", 500}, "12": {"gpu-webhook", 300}, "13": {"idle", 7},
-		"20": {"kworker/u8:2-events", 900}, "21": {"kworker/0:1-events", 100}, "30": {"gone", 50},
+		"10": {comm: "kube-apiserver", ticks: 1000}, "11": {comm: "etcd", ticks: 500}, "12": {comm: "gpu-webhook", ticks: 300}, "13": {comm: "idle", ticks: 7},
+		"20": {comm: "kworker/u8:2-events", ticks: 900}, "21": {comm: "kworker/0:1-events", ticks: 100}, "30": {comm: "gone", ticks: 50},
 	}
 	b := map[string]process{
-		"10": {"kube-apiserver", 1052}, "11": {"etcd", 510}, "12": {"gpu-webhook", 330}, "13": {"idle", 7},
+		"10": {comm: "kube-apiserver", ticks: 1052}, "11": {comm: "etcd", ticks: 510}, "12": {comm: "gpu-webhook", ticks: 330}, "13": {comm: "idle", ticks: 7},
 		// A kernel worker renamed by its work counts what it did meanwhile, not all it ever did.
-		"20": {"kworker/u8:2-writeback", 904},
-		"21": {"kworker/0:1-events", 101},
+		"20": {comm: "kworker/u8:2-writeback", ticks: 904},
+		"21": {comm: "kworker/0:1-events", ticks: 101},
 		// Started meanwhile: all of it.
-		"40": {"new", 10},
+		"40": {comm: "new", ticks: 10},
 		// Two processes of one name add up.
-		"41": {"etcd", 5},
+		"41": {comm: "etcd", ticks: 5},
 	}
 	for _, tc := range []struct {
 		n    int
@@ -104,9 +104,18 @@ func TestProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, ok := processes()[strconv.Itoa(os.Getpid())]
-	if !ok || p.comm != strings.TrimSpace(string(self)) {
-		t.Errorf("this process: %+v (found %v), want the name %q", p, ok, strings.TrimSpace(string(self)))
+	procs, err := processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, notPID := range []string{"self", "thread-self"} {
+		if _, ok := procs[notPID]; ok {
+			t.Errorf("/proc/%s is taken for a process: the caller would count twice", notPID)
+		}
+	}
+	p, ok := procs[strconv.Itoa(os.Getpid())]
+	if !ok || p.comm != strings.TrimSpace(string(self)) || p.ppid != strconv.Itoa(os.Getppid()) {
+		t.Errorf("this process: %+v (found %v), want the name %q and the parent %d", p, ok, strings.TrimSpace(string(self)), os.Getppid())
 	}
 }
 

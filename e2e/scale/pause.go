@@ -2,10 +2,8 @@ package scale
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -46,24 +44,18 @@ func pauseControllers(logger klog.Logger) (resume func()) {
 
 // findProcesses lists the pids whose comm is one of names.
 func findProcesses(names []string) ([]int, error) {
-	entries, err := os.ReadDir("/proc")
+	procs, err := processes()
 	if err != nil {
 		return nil, err
 	}
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		for _, n := range names {
-			if strings.TrimSpace(string(comm)) == n {
-				out = append(out, pid)
+	for pid, p := range procs {
+		if slices.Contains(names, p.comm) {
+			n, err := strconv.Atoi(pid)
+			if err != nil {
+				return nil, err
 			}
+			out = append(out, n)
 		}
 	}
 	if len(out) == 0 {
