@@ -30,9 +30,7 @@ type claimsResult struct {
 	// the baseline's.
 	Templates, Pods []*comparison
 	Churn           *churnResult
-	// Status and Why are the median times of CLI's runs.
-	Status, Why time.Duration
-	CLI         *cliTimes
+	CLI             *cliTimes
 }
 
 // churnResult is template reviews straight to the webhook while the claims' allocations change.
@@ -85,17 +83,16 @@ func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) 
 	if err := r.claimsDirect(ctx, n, cr, h); err != nil {
 		return nil, err
 	}
-	pod, err := r.pendingPod(ctx)
-	if err != nil {
+	if _, err := r.pendingPod(ctx); err != nil {
 		return nil, err
 	}
 	if r.o.KubectlDra != "" {
-		if cr.CLI, err = r.timeCLISettled(ctx, pod); err != nil {
+		if cr.CLI, err = r.timeCLISettled(ctx); err != nil {
 			return nil, err
 		}
-		cr.Status, cr.Why = medianWall(cr.CLI.Status), medianWall(cr.CLI.Why)
 	}
-	r.logger.Info("Claims phase done", "nodes", n, "claims", cr.Claims, "rssMiB", mib(cr.Mem.RSS), "restartPeakMiB", mib(cr.Restart.HWM), "status", cr.Status, "why", cr.Why)
+	status, why := cr.CLI.medians()
+	r.logger.Info("Claims phase done", "nodes", n, "claims", cr.Claims, "rssMiB", mib(cr.Mem.RSS), "restartPeakMiB", mib(cr.Restart.HWM), "status", status, "why", why)
 	return cr, nil
 }
 

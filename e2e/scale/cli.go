@@ -129,7 +129,7 @@ func fillCLI(ctx context.Context, cs kubernetes.Interface, o CLIOptions) error {
 // timeCLI times status and why with every binary, round by round, and prints each binary's
 // wall and CPU times and peak RSS per command, with the machine's load before and after.
 func timeCLI(ctx context.Context, o CLIOptions, kubeconfig string, out io.Writer) error {
-	commands := [][]string{{"status"}, {"why", "pod/" + whyPod, "-n", loadNamespace}}
+	commands := cliCommands
 	runs := make([][][]cliRun, len(o.KubectlDra))
 	for b := range runs {
 		runs[b] = make([][]cliRun, len(commands))

@@ -30,6 +30,9 @@ const (
 	settleMax    = 60 * time.Second
 )
 
+// cliCommands are the commands timed: status, and why on the pending pod (createPendingPod).
+var cliCommands = [][]string{{"status"}, {"why", "pod/" + whyPod, "-n", loadNamespace}}
+
 // cliTimes is status and why, cliRounds runs each, once the machine settled.
 type cliTimes struct {
 	// Waited is how long the machine took to settle, Busy its share of CPU busy in the last
@@ -40,6 +43,14 @@ type cliTimes struct {
 	// Paused: the controller-manager and the scheduler were paused meanwhile.
 	Paused      bool
 	Status, Why []cliRun
+}
+
+// medians are the median wall times of status and why; zero for a nil ct (nothing timed).
+func (ct *cliTimes) medians() (status, why time.Duration) {
+	if ct == nil {
+		return 0, 0
+	}
+	return medianWall(ct.Status), medianWall(ct.Why)
 }
 
 // waitQuiet waits until the machine's busy share over one window is below quietBusy, or maxWait
@@ -71,9 +82,9 @@ func waitQuiet(ctx context.Context, sample func() (cpuSample, error), window, ma
 	}
 }
 
-// timeCLISettled waits for the machine to settle, then times status and why cliRounds times
-// each, alternating.
-func (r *runner) timeCLISettled(ctx context.Context, pod string) (*cliTimes, error) {
+// timeCLISettled waits for the machine to settle, then times cliCommands cliRounds times each,
+// alternating.
+func (r *runner) timeCLISettled(ctx context.Context) (*cliTimes, error) {
 	ct := &cliTimes{Paused: r.o.PauseControllers}
 	if ct.Paused {
 		defer pauseControllers(r.logger)()
@@ -82,17 +93,17 @@ func (r *runner) timeCLISettled(ctx context.Context, pod string) (*cliTimes, err
 	if ct.Waited, ct.Busy, ct.Settled, err = waitQuiet(ctx, func() (cpuSample, error) { return sampleCPU(0) }, settleWindow, settleMax); err != nil {
 		return nil, err
 	}
+	runs := [][]cliRun{nil, nil}
 	for range cliRounds {
-		s, err := runKubectlDraAmong(ctx, r.o, "status")
-		if err != nil {
-			return nil, err
+		for c, args := range cliCommands {
+			run, err := runKubectlDraAmong(ctx, r.o, args...)
+			if err != nil {
+				return nil, err
+			}
+			runs[c] = append(runs[c], run)
 		}
-		w, err := runKubectlDraAmong(ctx, r.o, "why", "pod/"+pod, "-n", loadNamespace)
-		if err != nil {
-			return nil, err
-		}
-		ct.Status, ct.Why = append(ct.Status, s), append(ct.Why, w)
 	}
+	ct.Status, ct.Why = runs[0], runs[1]
 	return ct, nil
 }
 

@@ -127,6 +127,12 @@ func TestMedianWallAndReport(t *testing.T) {
 	if got := medianWall(nil); got != 0 {
 		t.Errorf("median of none %s", got)
 	}
+	if s, w := (&cliTimes{Status: runs, Why: runs[:1]}).medians(); s != 2*time.Second || w != 3*time.Second {
+		t.Errorf("medians %s, %s, want 2s, 3s", s, w)
+	}
+	if s, w := (*cliTimes)(nil).medians(); s != 0 || w != 0 {
+		t.Errorf("medians of nothing timed: %s, %s", s, w)
+	}
 	var out strings.Builder
 	printCLITimes(&out, &cliTimes{Waited: 6 * time.Second, Busy: 30, Settled: true, Status: runs, Why: runs})
 	for _, want := range []string{"settled after 6 s (busy 30 %", "status: 1.00 / 2.00 / 3.00 s", "run 2 1.00 s (its CPU 0.00 s; meanwhile kube-apiserver 0.40 s)"} {
