@@ -74,10 +74,10 @@ func (r *runner) claimsLoads(ctx context.Context, n int) (*claimsResult, error) 
 	if cr.Mem, err = r.w.memory(); err != nil {
 		return nil, err
 	}
-	if cr.Fresh, err = restartedMemory(ctx, r.ch, r.o); err != nil {
+	if cr.Fresh, err = restartedMemory(ctx, r.ch, r.o, r.cs); err != nil {
 		return nil, err
 	}
-	if cr.Restart, err = restartedMemory(ctx, r.ch, r.ch.asChart(r.o)); err != nil {
+	if cr.Restart, err = restartedMemory(ctx, r.ch, r.ch.asChart(r.o), r.cs); err != nil {
 		return nil, err
 	}
 	if err := r.claimsDirect(ctx, n, cr, h); err != nil {

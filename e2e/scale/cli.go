@@ -177,13 +177,13 @@ func childrenCPU() time.Duration {
 		return 0
 	}
 	self := strconv.Itoa(os.Getpid())
-	var ticks int64
+	var n int64
 	for _, p := range procs {
 		if p.ppid == self {
-			ticks += p.ticks
+			n += p.ticks
 		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	return ticks(n)
 }
 
 // secondsRange is the fastest, median and slowest of ds.

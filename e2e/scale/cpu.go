@@ -54,6 +54,9 @@ func sampleCPU(pid int) (cpuSample, error) {
 	return s, nil
 }
 
+// ticks is a count of clock ticks as time.
+func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+
 // procStat reads /proc/PID/stat: the process's parent and its user+system clock ticks.
 func procStat(pid string) (ppid string, ticks int64, err error) {
 	_, ppid, ticks, err = readProcStat(pid)

@@ -52,8 +52,8 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	for _, p := range r.phases {
-		fmt.Fprintf(w, "%d nodes: a webhook started with them ready after %.1f s, peak RSS %.1f MiB during the initial lists; the webhook under load after the loads: RSS %.1f MiB (anonymous %.1f MiB), live heap %.1f MiB, heap in use %.1f MiB, peak RSS so far %.1f MiB\n",
-			p.Nodes, p.Fresh.Synced.Seconds(), mib(p.Fresh.HWM), mib(p.MemAfter.RSS), mib(p.MemAfter.Anon), mib(p.MemAfter.Live), mib(p.MemAfter.HeapInuse), mib(p.MemAfter.HWM))
+		fmt.Fprintf(w, "%d nodes: a webhook started with them ready after %.1f s, peak RSS %.1f MiB during the initial lists, %s; the webhook under load after the loads: RSS %.1f MiB (anonymous %.1f MiB), live heap %.1f MiB, heap in use %.1f MiB, peak RSS so far %.1f MiB\n",
+			p.Nodes, p.Fresh.Synced.Seconds(), mib(p.Fresh.HWM), settled(p.Fresh), mib(p.MemAfter.RSS), mib(p.MemAfter.Anon), mib(p.MemAfter.Live), mib(p.MemAfter.HeapInuse), mib(p.MemAfter.HWM))
 	}
 	for _, p := range r.phases {
 		if s := p.Sched; s != nil {
@@ -104,8 +104,18 @@ func printUpstream(w io.Writer, nodes int, u *upstreamResult) {
 			c.Fleet.Rate, ms(c.Fleet.P99()), ms(c.Base.P99()), c.Ratio, c.Quiet, len(c.Pairs), us(c.Fleet.CPU), us(c.Base.CPU))
 	}
 	fmt.Fprintf(w, "- RSS after those loads: ours %.1f MiB, upstream %.1f MiB: ×%.2f\n", mib(u.Ours.RSS), mib(u.Theirs.RSS), ratio(u.Ours.RSS, u.Theirs.RSS))
-	fmt.Fprintf(w, "- RSS without a load, %.0f s after ready: ours (one started with the fleet) %.1f MiB, upstream %.1f MiB: ×%.2f\n",
-		settle.Seconds(), mib(u.Fresh.RSS), mib(u.TheirsIdle.RSS), ratio(u.Fresh.RSS, u.TheirsIdle.RSS))
+	fmt.Fprintf(w, "- RSS without a load, %.0f s after ready: ours (one started with the fleet) %.1f MiB, upstream %.1f MiB: ×%.2f (ours: %s)\n",
+		settle.Seconds(), mib(u.Fresh.RSS), mib(u.TheirsIdle.RSS), ratio(u.Fresh.RSS, u.TheirsIdle.RSS), settled(u.Fresh))
+}
+
+// settled is a started webhook's memory once it settled, and what went on until it was read.
+func settled(m memory) string {
+	s := fmt.Sprintf("%.0f s after ready RSS %.1f MiB (anonymous %.1f, heap in use %.1f, stacks %.1f)",
+		settle.Seconds(), mib(m.RSS), mib(m.Anon), mib(m.HeapInuse), mib(m.StackInuse))
+	if m.Meanwhile != nil {
+		s += "; " + m.Meanwhile.String()
+	}
+	return s
 }
 
 // printClaims is the largest fleet with the held claims in place.

@@ -134,7 +134,7 @@ func (r *runner) phase(ctx context.Context, n int) (*phase, error) {
 	}
 	// A webhook started now, with the fleet in place and no load behind it: what holding n
 	// nodes takes, without what earlier phases' loads left in the process above.
-	if ph.Fresh, err = restartedMemory(ctx, r.ch, r.o); err != nil {
+	if ph.Fresh, err = restartedMemory(ctx, r.ch, r.o, r.cs); err != nil {
 		return nil, err
 	}
 	ph.Template = r.measure(ctx, n, "template validation", r.o.Rate, count, r.l.template)

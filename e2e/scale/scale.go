@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"slices"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // Options configure a run; every count is bounded by Validate.
@@ -129,8 +131,14 @@ const loadNamespace = "scale-load"
 
 // restartedMemory starts a second webhook (not registered: it only syncs its caches) and reads its
 // memory 10 s after it is ready. It lists everything at once, unlike the registered one that took
-// the fleet in node by node: its peak is what a memory limit must allow.
-func restartedMemory(ctx context.Context, ch *chart, o Options) (memory, error) {
+// the fleet in node by node: its peak is what a memory limit must allow. What the webhook did
+// meanwhile, and what the API server wrote of what it keeps, come with the reading.
+func restartedMemory(ctx context.Context, ch *chart, o Options, cs kubernetes.Interface) (memory, error) {
+	counter, err := countWrites(ctx, cs)
+	if err != nil {
+		return memory{}, err
+	}
+	defer counter.Stop()
 	w, err := startWebhook(ctx, ch, o, filepath.Join(o.WorkDir, "webhook-restart"))
 	if err != nil {
 		return memory{}, err
@@ -141,10 +149,22 @@ func restartedMemory(ctx context.Context, ch *chart, o Options) (memory, error) 
 		return memory{}, err
 	}
 	synced := time.Since(start)
-	time.Sleep(10 * time.Second)
+	ready, err := sampleCPU(w.pid())
+	if err != nil {
+		return memory{}, err
+	}
+	time.Sleep(settle)
 	m, err := w.memory()
+	if err != nil {
+		return m, err
+	}
+	read, err := sampleCPU(w.pid())
+	if err != nil {
+		return m, err
+	}
 	m.Synced = synced
-	return m, err
+	m.Meanwhile = &activity{ToReady: ticks(ready.process), Settled: ticks(read.process - ready.process), Writes: counter.Stop()}
+	return m, nil
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -320,6 +320,9 @@ type memory struct {
 	// 1+GOGC/100.
 	Live   int64
 	Synced time.Duration
+	// Meanwhile is what went on between the /readyz of a webhook started for the reading and
+	// the reading (nil where none was started).
+	Meanwhile *activity
 }
 
 func (w *webhook) memory() (memory, error) {
