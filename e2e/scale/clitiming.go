@@ -166,7 +166,7 @@ func topCPU(a, b map[string]process, n int) string {
 	})
 	var parts []string
 	for _, u := range uses[:min(n, len(uses))] {
-		parts = append(parts, fmt.Sprintf("%s %.2f s", u.name, float64(u.ticks)/clockTicks))
+		parts = append(parts, fmt.Sprintf("%s %.2f s", u.name, ticks(u.ticks).Seconds()))
 	}
 	if len(parts) == 0 {
 		return "none"

@@ -110,5 +110,5 @@ func cpuPer(a, b cpuSample, n int) time.Duration {
 	if n == 0 {
 		return 0
 	}
-	return time.Duration(b.process-a.process) * (time.Second / clockTicks) / time.Duration(n)
+	return ticks(b.process-a.process) / time.Duration(n)
 }

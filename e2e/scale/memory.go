@@ -207,16 +207,7 @@ func (r memoryReading) String() string {
 // start starts bin with o's GOGC and GOMEMLIMIT and waits until it is ready.
 func (m *memoryRun) start(ctx context.Context, bin string, o Options, dir string) (*webhook, time.Duration, error) {
 	o.Webhook = bin
-	w, err := startWebhook(ctx, m.ch, o, filepath.Join(o.WorkDir, dir))
-	if err != nil {
-		return nil, 0, err
-	}
-	start := time.Now()
-	if err := w.waitReady(ctx, 5*time.Minute); err != nil {
-		w.stop()
-		return nil, 0, err
-	}
-	return w, time.Since(start), nil
+	return startReady(ctx, m.ch, o, filepath.Join(o.WorkDir, dir))
 }
 
 // idle is bin's memory settle after it is ready.

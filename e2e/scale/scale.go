@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -139,17 +140,13 @@ func restartedMemory(ctx context.Context, ch *chart, o Options, cs kubernetes.In
 		return memory{}, err
 	}
 	defer counter.Stop()
-	w, err := startWebhook(ctx, ch, o, filepath.Join(o.WorkDir, "webhook-restart"))
+	w, synced, err := startReady(ctx, ch, o, filepath.Join(o.WorkDir, "webhook-restart"))
 	if err != nil {
 		return memory{}, err
 	}
 	defer w.stop()
-	start := time.Now()
-	if err := w.waitReady(ctx, 5*time.Minute); err != nil {
-		return memory{}, err
-	}
-	synced := time.Since(start)
-	ready, err := sampleCPU(w.pid())
+	pid := strconv.Itoa(w.pid())
+	_, ready, err := procStat(pid)
 	if err != nil {
 		return memory{}, err
 	}
@@ -158,13 +155,28 @@ func restartedMemory(ctx context.Context, ch *chart, o Options, cs kubernetes.In
 	if err != nil {
 		return m, err
 	}
-	read, err := sampleCPU(w.pid())
+	_, read, err := procStat(pid)
 	if err != nil {
 		return m, err
 	}
 	m.Synced = synced
-	m.Meanwhile = &activity{ToReady: ticks(ready.process), Settled: ticks(read.process - ready.process), Writes: counter.Stop()}
+	m.Meanwhile = &activity{ToReady: ticks(ready), Settled: ticks(read - ready), Writes: counter.Stop()}
 	return m, nil
+}
+
+// startReady starts the webhook o.Webhook and waits until it is ready, which it returns how long
+// it took.
+func startReady(ctx context.Context, ch *chart, o Options, dir string) (*webhook, time.Duration, error) {
+	w, err := startWebhook(ctx, ch, o, dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	if err := w.waitReady(ctx, 5*time.Minute); err != nil {
+		w.stop()
+		return nil, 0, err
+	}
+	return w, time.Since(start), nil
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
