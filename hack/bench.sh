@@ -12,6 +12,8 @@ run -bench 'BenchmarkValidate' -benchtime 3000x ./webhook/claimadmission
 GOGC=400 run -bench 'BenchmarkMutatePodLoopbackTLS' -benchtime 3000x ./webhook/podinject
 GOGC=400 run -bench 'BenchmarkMutatePodLoadTool' -benchtime 3000x ./webhook/podinject
 run -bench 'BenchmarkHandle|BenchmarkReview' -benchmem ./webhook/podinject
+# A Node's watch event decoded and kept, as client-go's typed watch reads it and as the webhook does.
+run -bench 'BenchmarkNodeWatchEvent' -benchtime 2000x ./internal/inventory
 run -bench 'BenchmarkPrepareUnprepare' -benchtime 1000x ./cmd/gpu-kubelet-plugin
 run -bench 'BenchmarkDriverPrepareUnprepare' -benchtime 1000x ./driver/plugin
 # kubectl dra status and why against a real kube-apiserver with 1,000 nodes' slices (about a

@@ -27,6 +27,9 @@ type MemoryOptions struct {
 	Rounds      int
 	// Measure is what the rounds measure (measureKinds), all of them when empty.
 	Measure []string
+	// NodeWrites is how many times a second a Node's status is written during the rounds without
+	// claims (0: none), as the kubelets and controllers of a fleet do.
+	NodeWrites int
 }
 
 // What MemoryOptions.Measure may name: the rounds without claims, the memory with claims, and
@@ -57,6 +60,9 @@ func (mo MemoryOptions) Validate() error {
 		if l != "" && !memLimit.MatchString(l) {
 			return fmt.Errorf("--memory-gomemlimits: %q: want a size as Go reads GOMEMLIMIT, e.g. 128MiB", l)
 		}
+	}
+	if mo.NodeWrites < 0 || mo.NodeWrites > maxNodeWrites {
+		return fmt.Errorf("--memory-node-writes=%d: want 0..%d a second", mo.NodeWrites, maxNodeWrites)
 	}
 	for _, k := range mo.Measure {
 		if !slices.Contains(measureKinds, k) {
@@ -118,7 +124,7 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 	m := &memoryRun{o: o, ch: ch, l: &loader{cs: cs, driver: driver}, logger: logger}
 	fmt.Fprintf(out, "## Webhook memory, %d nodes (MiB: RSS, anonymous, file-backed; peak = VmHWM)\n\n", n)
 	if mo.measures(measureIdle) {
-		if err := m.idleRounds(ctx, out, mo, driver); err != nil {
+		if err := m.idleRounds(ctx, out, cs, mo, driver); err != nil {
 			return err
 		}
 	}
@@ -154,9 +160,20 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 }
 
 // idleRounds measures each binary, and the upstream webhook, without claims.
-func (m *memoryRun) idleRounds(ctx context.Context, out io.Writer, mo MemoryOptions, driver string) error {
+func (m *memoryRun) idleRounds(ctx context.Context, out io.Writer, cs kubernetes.Interface, mo MemoryOptions, driver string) (err error) {
 	o := m.o
-	fmt.Fprintf(out, "### No claims, %d s after ready, GOGC=%s GOMEMLIMIT=%s\n\n", int(settle.Seconds()), o.GOGC, o.GOMemLimit)
+	fmt.Fprintf(out, "### No claims, %d s after ready, GOGC=%s GOMEMLIMIT=%s, %d Node writes a second\n\n",
+		int(settle.Seconds()), o.GOGC, o.GOMemLimit, mo.NodeWrites)
+	writer := writeNodes(ctx, cs, o.Nodes[len(o.Nodes)-1], mo.NodeWrites)
+	defer func() {
+		n, werr := writer.stop()
+		if mo.NodeWrites > 0 {
+			fmt.Fprintf(out, "- %d Node writes made during the rounds\n", n)
+		}
+		if err == nil {
+			err = werr
+		}
+	}()
 	for round := range mo.Rounds {
 		for _, bin := range mo.Webhooks {
 			mem, err := m.idle(ctx, bin, o, fmt.Sprintf("idle-%d", round))

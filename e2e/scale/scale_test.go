@@ -216,6 +216,8 @@ func TestMemoryOptionsValidate(t *testing.T) {
 		{"limit unit", func(mo *MemoryOptions) { mo.GOMemLimits = []string{"", "128M"} }, "--memory-gomemlimits"},
 		{"unknown measure", func(mo *MemoryOptions) { mo.Measure = []string{"idle", "latency"} }, "--memory-measure"},
 		{"empty measure", func(mo *MemoryOptions) { mo.Measure = []string{""} }, "--memory-measure"},
+		{"negative node writes", func(mo *MemoryOptions) { mo.NodeWrites = -1 }, "--memory-node-writes"},
+		{"too many node writes", func(mo *MemoryOptions) { mo.NodeWrites = maxNodeWrites + 1 }, "--memory-node-writes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mo := ok

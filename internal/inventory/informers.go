@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -23,7 +22,7 @@ import (
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
 // the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
-// (as Nodes: labels only), each kind in a cache of its own (reflected). The resync period applies
+// (as Nodes: labels and some allocatable resources, decoded no further: nodeWire), each kind in a cache of its own (reflected). The resync period applies
 // to the classes: a resync of the slices or nodes would rebuild the View's index for nothing.
 type Informers struct {
 	slices, classes, nodes *reflected.Cache
@@ -53,18 +52,11 @@ func NewInformers(cs kubernetes.Interface, resync time.Duration, onChange func()
 		reflected.WithHandler(changes(i.changed, nil)), reflected.WithResyncPeriod(resync))
 	// A cache of its own rather than from client-go's informer factory, which links an informer
 	// and a lister of every built-in resource: 0.9 MB of type data, every page of it resident.
-	// A node's status changes every few minutes (heartbeats, conditions) and, with the transform,
+	// A node's status changes every few minutes (heartbeats, conditions) and, kept as a Node,
 	// leaves nothing the checks read changed: such an update must not throw away the View's index
 	// of thousands of nodes.
-	nodes := cs.CoreV1().Nodes()
-	i.nodes = reflected.New("Nodes", cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return nodes.Watch(ctx, o)
-		},
-	}, cs), &v1.Node{}, reflected.WithTransform(in.nodeLabelsOnly(keepAllocatable)), reflected.WithSortedStore(),
+	i.nodes = reflected.New("Nodes", in.nodeListWatch(cs, keepOnly(keepAllocatable)), &Node{},
+		reflected.WithSortedStore(),
 		reflected.WithHandler(changes(i.changed, func(oldObj, newObj any) bool {
 			o, ok1 := oldObj.(*Node)
 			n, ok2 := newObj.(*Node)
@@ -103,19 +95,6 @@ func (in *Interner) sliceListWatch(list func(context.Context, metav1.ListOptions
 			return watch.Filter(w, in.transformEvent), nil
 		},
 	})
-}
-
-// nodeLabelsOnly keeps what the allocator reads of a Node (name and labels), and of its
-// allocatable resources those in keep, as a Node: a thousand full Node objects are megabytes of
-// status nobody here looks at.
-func (in *Interner) nodeLabelsOnly(keep []v1.ResourceName) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		n, ok := obj.(*v1.Node)
-		if !ok {
-			return obj, nil
-		}
-		return in.node(n, func(name v1.ResourceName) bool { return slices.Contains(keep, name) }), nil
-	}
 }
 
 func (i *Informers) changed() {

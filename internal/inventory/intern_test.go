@@ -223,7 +223,7 @@ func TestInternerConcurrentUse(t *testing.T) {
 			for i := range 300 {
 				_ = in.compact(uniqueSlice(g*1000+i%50, 4))
 				_ = in.compact(nodeSlice(t, fmt.Sprintf("node-%d", i), nodegroups.GroupSpec{}))
-				_, _ = in.nodeLabelsOnly(nil)(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"zone": strconv.Itoa(i % 7), "h": "n"}}})
+				_ = in.node(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"zone": strconv.Itoa(i % 7), "h": "n"}}}, keepOnly(nil))
 				if i%100 == 0 {
 					runtime.GC()
 				}

@@ -73,6 +73,7 @@ func main() {
 		mo.Measure = strings.Split(s, ",")
 		return nil
 	})
+	fs.IntVar(&mo.NodeWrites, "memory-node-writes", 0, "Node status writes a second during the --memory-webhooks rounds without claims, one node after another, as a fleet's kubelets make them (0: none)")
 	fs.Func("memory-gomemlimits", "comma-separated GOMEMLIMIT of each --memory-webhooks binary where the chart's applies (empty entry: the chart's)", func(s string) error {
 		mo.GOMemLimits = strings.Split(s, ",")
 		return nil
