@@ -22,8 +22,9 @@ import (
 
 // Informers caches ResourceSlices (as Slices), DeviceClasses (in whichever resource.k8s.io version
 // the server serves, converted to v1 by k8s.io/dynamic-resource-allocation/client) and Nodes
-// (as Nodes: labels and some allocatable resources, decoded no further: nodeWire), each kind in a cache of its own (reflected). The resync period applies
-// to the classes: a resync of the slices or nodes would rebuild the View's index for nothing.
+// (as Nodes: labels and some allocatable resources, decoded no further: nodeWire), each kind in a
+// cache of its own (reflected). The resync period applies to the classes: a resync of the slices
+// or nodes would rebuild the View's index for nothing.
 type Informers struct {
 	slices, classes, nodes *reflected.Cache
 	onChange               func()
