@@ -111,25 +111,31 @@ func (r *runner) claimsDirect(ctx context.Context, n int, cr *claimsResult, h *h
 		return nil
 	}
 	var err error
-	cr.Churn, err = churnLoad(ctx, r.o, h, r.w.pid(), r.templates.review)
+	cr.Churn, err = churnLoad(ctx, r.o, h, r.templates.target(r.w.pid()))
 	r.logger.Info("Claims churn", "nodes", n, "changes", cr.Churn.Changes.String(), "reviews", cr.Churn.Reviews.String(), "overDeadline", cr.Churn.Over, "overBySecond", overBySecond(cr.Churn.Reviews, cr.Churn.Deadline), "restoreErr", err)
 	return err
 }
 
-// churnLoad sends template reviews (review, served by process pid) at o's first claims rate
-// while h changes the claims' allocations at o.ChurnRate, for o.Duration; then allocates again
-// what the churn left deallocated, whose error it returns with the result.
-func churnLoad(ctx context.Context, o Options, h *holder, pid int, review func(context.Context, int) error) (*churnResult, error) {
+// churnLoad sends template reviews to t at o's first claims rate while h changes the claims'
+// allocations at o.ChurnRate, for o.Duration; then allocates again what the churn left
+// deallocated, whose error it returns with the result. It returns once t's client has made the
+// connections it was dialing: the API server's own next call to the webhook (the harness creates
+// the why pod's claim next) would otherwise wait in the webhook's listen queue behind them, a
+// dial of one client queued behind hundreds of another's (docs/performance.md, "What set off the
+// tail at 2,000/s").
+func churnLoad(ctx context.Context, o Options, h *holder, t target) (*churnResult, error) {
 	rate := o.ClaimsRates[0]
 	changes := int(o.Duration.Seconds() * float64(o.ChurnRate))
 	var changed *result
 	var restoreErr error
+	collectBetweenLoads() // before the churn's writes start, not while they run (sampled's then has nothing to collect)
 	done := make(chan struct{})
 	go func() { defer close(done); changed, restoreErr = h.churn(ctx, o.ChurnRate, changes) }()
-	reviews := sampled(pid, func() *result {
-		return drive(ctx, "template reviews to the webhook, claims changing", rate, int(o.Duration.Seconds()*float64(rate)), review)
+	reviews := sampled(t.pid, func() *result {
+		return drive(ctx, "template reviews to the webhook, claims changing", rate, int(o.Duration.Seconds()*float64(rate)), t.review)
 	})
 	<-done
+	t.settle(ctx)
 	return &churnResult{Changes: changed, Reviews: reviews, Deadline: o.ReviewDeadline, Over: over(reviews.Lat, o.ReviewDeadline)}, restoreErr
 }
 
@@ -250,7 +256,7 @@ func (r *runner) upstreamLoads(ctx context.Context, n int, fresh memory) (*upstr
 		return nil, err
 	}
 	defer u.stop()
-	rv, err := newReviewer(u.webhook, upstreamPath+timeoutQuery(r.ch.validating.Webhooks[0].TimeoutSeconds), r.l.templateObjects())
+	rv, err := r.ch.upstreamTemplates(u, r.l)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +272,7 @@ func (r *runner) upstreamLoads(ctx context.Context, n int, fresh memory) (*upstr
 		for _, rate := range r.o.ClaimsRates {
 			count := int(r.o.Duration.Seconds() * float64(rate))
 			ur.Templates = append(ur.Templates, r.repeated(ctx, n, "template reviews to the webhook", rate, count,
-				target{r.templates.review, r.w.pid()}, target{rv.review, u.pid()}, upstreamLabel))
+				r.templates.target(r.w.pid()), rv.target(u.pid()), upstreamLabel))
 		}
 	}()
 	if ur.Ours, err = r.w.memory(); err != nil {

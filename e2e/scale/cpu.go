@@ -112,3 +112,45 @@ func cpuPer(a, b cpuSample, n int) time.Duration {
 	}
 	return ticks(b.process-a.process) / time.Duration(n)
 }
+
+// controlPlaneNames are the control planes' processes that keep running during the loads straight
+// to the webhooks (the fleet's and the baseline's; the controllers are paused, see
+// pauseControllers).
+var controlPlaneNames = []string{"kube-apiserver", "etcd"}
+
+// processGroup is the CPU time of a set of processes, found once.
+type processGroup struct{ pids []int }
+
+// findControlPlanes is the processes named in controlPlaneNames; none when they cannot be listed
+// (the group then reads no CPU time).
+func findControlPlanes() processGroup {
+	pids, _ := findProcesses(controlPlaneNames)
+	return processGroup{pids: pids}
+}
+
+// groupSample is a group's CPU time at one moment.
+type groupSample struct {
+	ticks int64
+	at    time.Time
+}
+
+func (g processGroup) sample() groupSample {
+	s := groupSample{at: time.Now()}
+	for _, pid := range g.pids {
+		// A process gone since the group was found took no more CPU time.
+		if _, t, err := procStat(strconv.Itoa(pid)); err == nil {
+			s.ticks += t
+		}
+	}
+	return s
+}
+
+// since is the share of one CPU the group took from before until now.
+func (g processGroup) since(before groupSample) float64 {
+	now := g.sample()
+	elapsed := now.at.Sub(before.at)
+	if elapsed <= 0 || now.ticks < before.ticks {
+		return 0
+	}
+	return float64(ticks(now.ticks-before.ticks)) / float64(elapsed)
+}

@@ -30,18 +30,22 @@ type MemoryOptions struct {
 	// NodeWrites is how many times a second a Node's status is written during the rounds without
 	// claims (0: none), as the kubelets and controllers of a fleet do.
 	NodeWrites int
+	// Stall is how long each webhook is stopped during the stall load (measureStall).
+	Stall time.Duration
 }
 
-// What MemoryOptions.Measure may name: the rounds without claims, the memory with claims, and
-// template reviews while the claims change (latency, not memory: one binary against another on
-// the same control plane, where a full run compares runs days apart).
+// What MemoryOptions.Measure may name: the rounds without claims, the memory with claims,
+// template reviews while the claims change, and template reviews to a webhook stopped for a moment
+// (the last two latency, not memory: one binary against another on the same control plane, where
+// a full run compares runs days apart).
 const (
 	measureIdle   = "idle"
 	measureClaims = "claims"
 	measureChurn  = "churn"
+	measureStall  = "stall"
 )
 
-var measureKinds = []string{measureIdle, measureClaims, measureChurn}
+var measureKinds = []string{measureIdle, measureClaims, measureChurn, measureStall}
 
 // measures is whether the rounds measure kind.
 func (mo MemoryOptions) measures(kind string) bool {
@@ -64,6 +68,9 @@ func (mo MemoryOptions) Validate() error {
 	if mo.NodeWrites < 0 || mo.NodeWrites > maxNodeWrites {
 		return fmt.Errorf("--memory-node-writes=%d: want 0..%d a second", mo.NodeWrites, maxNodeWrites)
 	}
+	if mo.measures(measureStall) && (mo.Stall <= 0 || mo.Stall > maxStall) {
+		return fmt.Errorf("--memory-stall=%s: want more than 0 and at most %s, e.g. 100ms", mo.Stall, maxStall)
+	}
 	for _, k := range mo.Measure {
 		if !slices.Contains(measureKinds, k) {
 			return fmt.Errorf("--memory-measure: %q: want some of %s, comma-separated", k, strings.Join(measureKinds, ","))
@@ -71,6 +78,10 @@ func (mo MemoryOptions) Validate() error {
 	}
 	return nil
 }
+
+// maxStall bounds MemoryOptions.Stall: a second is a backlog of thousands of reviews at the
+// top rate, past what the API server's own timeouts would let pile up.
+const maxStall = time.Second
 
 // maxMemoryRounds bounds MemoryOptions.Rounds.
 const maxMemoryRounds = 10
@@ -86,15 +97,20 @@ const maxMemoryRounds = 10
 //   - with the claims, with o's GOGC and GOMEMLIMIT and as the chart runs it: RSS after template
 //     and pod reviews straight to the webhook at each of o.ClaimsRates for o.Duration;
 //   - with the claims, with o's GOGC and GOMEMLIMIT: template reviews at the first of
-//     o.ClaimsRates while the claims change at o.ChurnRate (0 skips), their latency.
+//     o.ClaimsRates while the claims change at o.ChurnRate (0 skips), their latency;
+//   - without claims, before any claim is written: template reviews at the last of o.ClaimsRates
+//     to each binary and the upstream webhook, each stopped for mo.Stall (stallRounds).
 //
-// o.Claims of 0 stops after the rounds without claims; mo.Measure picks some of the three.
+// o.Claims of 0 stops after the rounds without claims; mo.Measure picks some of the four.
 func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
 	if err := mo.Validate(); err != nil {
 		return err
+	}
+	if need := stallAt + mo.Stall + time.Second; mo.measures(measureStall) && o.Duration < need {
+		return fmt.Errorf("--duration=%s: the stall load needs at least %s (the stop %s in, %s long, and a second after)", o.Duration, need, stallAt, mo.Stall)
 	}
 	defer collectRarely()() // as in Run: the driver's own collections would stall the loads
 	logger := klog.FromContext(ctx)
@@ -125,6 +141,11 @@ func Memory(ctx context.Context, o Options, mo MemoryOptions, out io.Writer) err
 	fmt.Fprintf(out, "## Webhook memory, %d nodes (MiB: RSS, anonymous, file-backed; peak = VmHWM)\n\n", n)
 	if mo.measures(measureIdle) {
 		if err := m.idleRounds(ctx, out, cs, mo, driver); err != nil {
+			return err
+		}
+	}
+	if mo.measures(measureStall) {
+		if err := m.stallRounds(ctx, out, mo, driver); err != nil {
 			return err
 		}
 	}

@@ -49,7 +49,7 @@ func (m *memoryRun) churned(ctx context.Context, bin string, o Options, h *holde
 	warm = sampled(w.pid(), func() *result {
 		return drive(ctx, "template reviews to the webhook, first second", rate, rate, templates.review)
 	})
-	if c, err = churnLoad(ctx, o, h, w.pid(), templates.review); err != nil {
+	if c, err = churnLoad(ctx, o, h, templates.target(w.pid())); err != nil {
 		return nil, nil, err
 	}
 	m.logger.Info("Churn done", "webhook", bin, "overDeadline", c.Over, "firstSecond", warm.String(), "changes", c.Changes.String(), "reviews", c.Reviews.String())

@@ -28,6 +28,8 @@ type reviewer struct {
 	client *http.Client
 	url    string
 	bodies [][]byte
+	// dialing is the webhook's count of connections its client is making, shared by its reviewers.
+	dialing *atomic.Int64
 }
 
 // apiServerIdleConns is how many idle connections the API server keeps to one webhook (client-go's
@@ -64,7 +66,7 @@ func newReviewer(w *webhook, path string, objects []runtime.Object) (*reviewer, 
 	if err != nil {
 		return nil, err
 	}
-	r := &reviewer{url: w.url() + path, client: client}
+	r := &reviewer{url: w.url() + path, client: client, dialing: &w.dialing}
 	for i, obj := range objects {
 		raw, err := json.Marshal(obj)
 		if err != nil {
@@ -113,18 +115,32 @@ func (l *loader) podObject() []runtime.Object {
 	return []runtime.Object{p}
 }
 
+// target is r's webhook as a load straight to it sees it, served by process pid.
+func (r *reviewer) target(pid int) target {
+	return target{review: r.review, pid: pid, dialing: r.dialing}
+}
+
 // review sends one AdmissionReview and fails unless the webhook allowed it.
 func (r *reviewer) review(ctx context.Context, i int) error {
-	if n, ok := ctx.Value(dialsKey{}).(*atomic.Int64); ok {
-		// Counted at the handshake, not where a request gets a new connection: a request that
-		// dialed and then took a connection another freed leaves its dial going, and that
-		// connection's handshake costs the webhook as much.
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
-			if err == nil {
-				n.Add(1)
+	// Dials are counted at the handshake, not where a request gets a new connection: a request
+	// that dialed and then took a connection another freed leaves its dial going, and that
+	// connection's handshake costs the webhook as much. The same goes for the dials still being
+	// made: every TCP connection made is followed by a handshake, done or failed.
+	dialed, _ := ctx.Value(dialsKey{}).(*atomic.Int64)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		ConnectStart: func(string, string) { r.dialing.Add(1) },
+		ConnectDone: func(_, _ string, err error) {
+			if err != nil {
+				r.dialing.Add(-1)
 			}
-		}})
-	}
+		},
+		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
+			r.dialing.Add(-1)
+			if err == nil && dialed != nil {
+				dialed.Add(1)
+			}
+		},
+	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.bodies[i%len(r.bodies)]))
 	if err != nil {
 		return err

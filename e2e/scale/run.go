@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -195,7 +196,7 @@ func (r *runner) directLoads(ctx context.Context, ph *phase) {
 // againstBaseline is a load of Duration at rate, straight to the webhook and to the baseline's.
 func (r *runner) againstBaseline(ctx context.Context, n int, name string, rate int, rv, baseRv *reviewer) *comparison {
 	count := int(r.o.Duration.Seconds() * float64(rate))
-	return r.repeated(ctx, n, name, rate, count, target{rv.review, r.w.pid()}, target{baseRv.review, r.base.w.pid()}, baselineLabel)
+	return r.repeated(ctx, n, name, rate, count, rv.target(r.w.pid()), baseRv.target(r.base.w.pid()), baselineLabel)
 }
 
 // measure drives one load through the API server. It is preceded by a second of the same, not
@@ -211,6 +212,7 @@ func (r *runner) measure(ctx context.Context, n int, name string, rate, count in
 // sampled runs load and adds to its result the host's steal, the machine's busy share and the
 // CPU time per request of the process pid while it ran.
 func sampled(pid int, load func() *result) *result {
+	collectBetweenLoads()
 	before, err := sampleCPU(pid)
 	res := load()
 	if after, err2 := sampleCPU(pid); err == nil && err2 == nil {
@@ -219,11 +221,27 @@ func sampled(pid int, load func() *result) *result {
 	return res
 }
 
-// target is where a load straight to a webhook goes: one review, and the process serving it
-// (whose CPU time is read).
+// target is where a load straight to a webhook goes: one review, the process serving it (whose
+// CPU time is read) and the count of connections its client is making (nil: none counted).
 type target struct {
-	review func(context.Context, int) error
-	pid    int
+	review  func(context.Context, int) error
+	pid     int
+	dialing *atomic.Int64
+}
+
+// settle waits until t's client has made or given up the connections it was dialing, at most
+// as long as it waits for a handshake. A load whose requests queued leaves dials going after its
+// last answer (a request that dialed, then took a connection another freed, does not cancel its
+// dial), and their handshakes would land in the next load, on the other webhook of a pair: a
+// storm of the upstream webhook's then measured ours.
+func (t target) settle(ctx context.Context) {
+	if t.dialing == nil {
+		return
+	}
+	deadline := time.Now().Add(apiServerHandshakeTimeout)
+	for t.dialing.Load() > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // repeated runs rounds of paired until enough of them were quiet, and compares them; against
@@ -242,10 +260,12 @@ func (r *runner) repeated(ctx context.Context, n int, name string, rate, count i
 // second, so that both see the same host.
 func (r *runner) paired(ctx context.Context, n int, name string, rate, count int, a, b target, against string) pair {
 	drive(ctx, name, rate, rate, a.review)
+	a.settle(ctx)
 	drive(ctx, name, rate, rate, b.review)
+	b.settle(ctx)
 	beforeA, errA := sampleCPU(a.pid)
 	beforeB, errB := sampleCPU(b.pid)
-	p := interleaved(ctx, name, rate, count, a.review, b.review)
+	p := interleaved(ctx, name, rate, count, a, b)
 	afterA, errA2 := sampleCPU(a.pid)
 	afterB, errB2 := sampleCPU(b.pid)
 	if errors.Join(errA, errB, errA2, errB2) == nil {

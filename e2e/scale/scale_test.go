@@ -3,10 +3,14 @@ package scale
 import (
 	"context"
 	"math"
+	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -127,7 +131,10 @@ func TestCompare(t *testing.T) {
 		return r
 	}
 	ms := time.Millisecond
-	p := func(fleet, base time.Duration, steal float64) pair { return pair{mk(fleet, steal), mk(base, 0)} }
+	p := func(fleet, base time.Duration, steal float64) pair {
+		return pair{fleet: mk(fleet, steal), base: mk(base, 0)}
+	}
+	busy := func(pr pair, cpu float64) pair { pr.ControlPlane = cpu; return pr }
 	for _, tc := range []struct {
 		name  string
 		pairs []pair
@@ -138,6 +145,7 @@ func TestCompare(t *testing.T) {
 		{"all quiet", []pair{p(9*ms, 3*ms, 0), p(2*ms, 2*ms, 1), p(3*ms, 2*ms, 2)}, 2, 1.5, 3},
 		{"noisy pairs left out", []pair{p(10*ms, 1*ms, 20), p(4*ms, 2*ms, 0), p(8*ms, 1*ms, 30), p(2*ms, 2*ms, 1), p(3*ms, 2*ms, 2)}, 4, 1.5, 3},
 		{"too few quiet: all count", []pair{p(10*ms, 1*ms, 20), p(4*ms, 2*ms, 0), p(3*ms, 2*ms, 30)}, 1, 2, 3},
+		{"busy control plane left out", []pair{busy(p(200*ms, 2*ms, 0), 0.6), p(4*ms, 2*ms, 0), busy(p(90*ms, 3*ms, 0), 0.25), p(2*ms, 2*ms, 1), p(3*ms, 2*ms, 2)}, 4, 1.5, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := compare(tc.pairs, baselineLabel)
@@ -149,7 +157,10 @@ func TestCompare(t *testing.T) {
 	if enoughQuiet([]pair{p(1, 1, 0), p(1, 1, 5), p(1, 1, 2)}) || !enoughQuiet([]pair{p(1, 1, 0), p(1, 1, 5), p(1, 1, 2), p(1, 1, 2.9)}) {
 		t.Error("enoughQuiet: three pairs under 3 % steal")
 	}
-	if r := (pair{mk(1, 0), &result{}}).ratio(); r != 0 {
+	if enoughQuiet([]pair{p(1, 1, 0), busy(p(1, 1, 0), 0.3), p(1, 1, 2)}) || !enoughQuiet([]pair{p(1, 1, 0), busy(p(1, 1, 0), 0.24), p(1, 1, 2)}) {
+		t.Error("enoughQuiet: three pairs with the control plane under a quarter of a CPU")
+	}
+	if r := (pair{fleet: mk(1, 0), base: &result{}}).ratio(); r != 0 {
 		t.Errorf("ratio without baseline latencies: %v", r)
 	}
 }
@@ -166,7 +177,7 @@ func TestInterleaved(t *testing.T) {
 			return nil
 		}
 	}
-	p := interleaved(context.Background(), "t", 40, 60, op('f'), op('b'))
+	p := interleaved(context.Background(), "t", 40, 60, target{review: op('f')}, target{review: op('b')})
 	if p.fleet.Sent != 60 || p.base.Sent != 60 || len(p.fleet.Lat) != 60 || len(p.base.Lat) != 60 {
 		t.Fatalf("sent %d / %d, latencies %d / %d; want 60 each", p.fleet.Sent, p.base.Sent, len(p.fleet.Lat), len(p.base.Lat))
 	}
@@ -199,6 +210,59 @@ func TestCollectRarely(t *testing.T) {
 	}
 }
 
+// TestCollectAbove: with the collector off, as during a run, garbage past the limit is collected
+// when asked, and a heap under it is left alone.
+func TestCollectAbove(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	runtime.GC()
+	const limit = 32 << 20
+	for range 64 {
+		garbage = make([]byte, 1<<20)
+	}
+	garbage = nil
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if !collectAbove(limit) {
+		t.Fatalf("64 MiB of garbage over a %d MiB limit: not collected", limit>>20)
+	}
+	runtime.ReadMemStats(&after)
+	if after.NumGC == before.NumGC || after.HeapAlloc > limit {
+		t.Errorf("collections %d → %d, heap %d MiB after; want one more and the garbage gone", before.NumGC, after.NumGC, after.HeapAlloc>>20)
+	}
+	if collectAbove(limit) {
+		t.Error("collected again with the heap under the limit")
+	}
+}
+
+// garbage is where TestCollectAbove makes its garbage, out of the compiler's sight.
+var garbage []byte
+
+// TestProcessGroupCPU: a group's share of a CPU is read from the processes' own accounting; this
+// test's process, busy on one goroutine, is seen taking as much CPU time as the kernel charged it.
+func TestProcessGroupCPU(t *testing.T) {
+	comm, _, _, err := readProcStat(strconv.Itoa(os.Getpid()))
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	g := processGroup{pids: []int{os.Getpid()}}
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	before := g.sample()
+	for x, end := 0, time.Now().Add(300*time.Millisecond); time.Now().Before(end); x++ {
+		_ = x * x
+	}
+	share := g.since(before)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	used := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	elapsed := time.Since(before.at)
+	if seen := time.Duration(share * float64(elapsed)); (seen - used).Abs() > 4*ticks(1) {
+		t.Errorf("%s (pid %d): %s of CPU time seen, %s charged", comm, os.Getpid(), seen, used)
+	}
+	if (processGroup{}).since(before) != 0 {
+		t.Error("an empty group took CPU time")
+	}
+}
+
 func TestMemoryOptionsValidate(t *testing.T) {
 	ok := MemoryOptions{Webhooks: []string{"a", "b"}, Rounds: 3, GOMemLimits: []string{"", "128MiB"}, Measure: []string{measureIdle, measureChurn}}
 	if err := ok.Validate(); err != nil {
@@ -218,6 +282,8 @@ func TestMemoryOptionsValidate(t *testing.T) {
 		{"empty measure", func(mo *MemoryOptions) { mo.Measure = []string{""} }, "--memory-measure"},
 		{"negative node writes", func(mo *MemoryOptions) { mo.NodeWrites = -1 }, "--memory-node-writes"},
 		{"too many node writes", func(mo *MemoryOptions) { mo.NodeWrites = maxNodeWrites + 1 }, "--memory-node-writes"},
+		{"stall without a length", func(mo *MemoryOptions) { mo.Measure = []string{measureStall} }, "--memory-stall"},
+		{"stall too long", func(mo *MemoryOptions) { mo.Measure, mo.Stall = []string{measureStall}, maxStall+1 }, "--memory-stall"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mo := ok

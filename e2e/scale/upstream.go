@@ -80,3 +80,9 @@ func (u *upstream) waitReady(ctx context.Context, timeout time.Duration) error {
 
 // memory is its RSS: it serves no metrics.
 func (u *upstream) memory() (memory, error) { return procMemory(u.pid()) }
+
+// upstreamTemplates is the reviewer sending u the loader's templates, with the timeout the chart's
+// configuration gives the API server.
+func (c *chart) upstreamTemplates(u *upstream, l *loader) (*reviewer, error) {
+	return newReviewer(u.webhook, upstreamPath+timeoutQuery(c.validating.Webhooks[0].TimeoutSeconds), l.templateObjects())
+}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -174,6 +175,8 @@ type webhook struct {
 	ca                   []byte
 	gogc                 int
 	httpClient           *http.Client
+	// dialing is how many connections httpClient is making (reviewer.review).
+	dialing atomic.Int64
 }
 
 // startWebhook writes a serving certificate for localhost and starts bin with the chart's flags,

@@ -69,11 +69,12 @@ func main() {
 		return nil
 	})
 	fs.IntVar(&mo.Rounds, "memory-rounds", 3, "rounds of --memory-webhooks")
-	fs.Func("memory-measure", "what the --memory-webhooks rounds measure, comma-separated: idle (no claims, against --upstream-webhook), claims (memory with --claims held), churn (template review latency while the claims change at --claims-churn); default all", func(s string) error {
+	fs.Func("memory-measure", "what the --memory-webhooks rounds measure, comma-separated: idle (no claims, against --upstream-webhook), claims (memory with --claims held), churn (template review latency while the claims change at --claims-churn), stall (template reviews at the top --claims-rates, no claims, each webhook and the upstream one stopped for --memory-stall during the load); default all", func(s string) error {
 		mo.Measure = strings.Split(s, ",")
 		return nil
 	})
 	fs.IntVar(&mo.NodeWrites, "memory-node-writes", 0, "Node status writes a second during the --memory-webhooks rounds without claims, one node after another, as a fleet's kubelets make them (0: none)")
+	fs.DurationVar(&mo.Stall, "memory-stall", 100*time.Millisecond, "how long each webhook is stopped (SIGSTOP) during the stall load of --memory-measure")
 	fs.Func("memory-gomemlimits", "comma-separated GOMEMLIMIT of each --memory-webhooks binary where the chart's applies (empty entry: the chart's)", func(s string) error {
 		mo.GOMemLimits = strings.Split(s, ",")
 		return nil
