@@ -79,7 +79,6 @@ func (m *memoryRun) stallUpstream(ctx context.Context, driver string, rate int, 
 // stallResult is one stall load: the load, and how it came back from the stall.
 type stallResult struct {
 	*result
-	Stall time.Duration
 	// Late is how many answers took over lateAfterStall; CaughtUp is when the last of them was
 	// answered, from the moment the webhook resumed.
 	Late     int
@@ -122,7 +121,7 @@ func stalled(ctx context.Context, o Options, rate int, stall time.Duration, t ta
 	if err := <-stopped; err != nil {
 		return nil, err
 	}
-	s := &stallResult{result: res, Stall: stall}
+	s := &stallResult{result: res}
 	resumed := stallAt + stall
 	for _, a := range res.Answers {
 		if a.Lat <= lateAfterStall {
