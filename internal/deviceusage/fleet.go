@@ -37,6 +37,13 @@ type Input struct {
 	// unhindered, and Device returns nil for it. For callers that look for obstacles in a large
 	// cluster, where listing every free device costs a kilobyte each.
 	BusyPoolsOnly bool
+	// Previous is a fleet built before, which is kept meanwhile (the webhook rebuilds its fleet as
+	// claims change, and answers from the last one until the next is built). Its devices that
+	// nothing changed for, the same published device of the same slice object held by the same
+	// results of the same claim objects, and consuming no counters, are the new fleet's too: a
+	// rebuild after a few claims changed makes a few devices, not 40,000, and the two fleets
+	// held at once share the rest. Neither fleet's caller may modify its devices then.
+	Previous *Fleet
 }
 
 // State is the one-word summary of a device's use.
@@ -150,6 +157,9 @@ type Allocation struct {
 	AdminAccess bool `json:"adminAccess,omitempty"`
 	// Device is set only for allocations of devices no slice publishes (Fleet.Unpublished).
 	Device string `json:"device,omitempty"`
+
+	// from is the claim the allocation is of (Device.sameHolders).
+	from *Claim
 }
 
 // Holder names the claim and its pods, for messages: "default/c (pod default/p)".
@@ -208,21 +218,23 @@ func Build(in Input) *Fleet {
 	f := &Fleet{}
 	var rules map[structured.DeviceID][]string
 	f.Slices, rules = applyTaintRules(in.Slices, in.TaintRules)
-	claims := claimsOf(in)
+	claims := sortedClaims(claimsOf(in))
 	if in.BusyPoolsOnly {
 		busy := busyPools(f.Slices, claims, rules)
 		f.Slices = slices.DeleteFunc(slices.Clone(f.Slices), func(sl *resourceapi.ResourceSlice) bool {
 			return !busy[poolKey{sl.Spec.Driver, sl.Spec.Pool.Name}]
 		})
 	}
-	byID := f.addDevices(rules)
+	places, byID := f.placeDevices()
+	held := f.addAllocations(claims, len(places), byID)
+	made := f.addDevices(places, held, claims, rules, in.Previous)
 	sortStable(f.Devices, func(a, b *Device) int {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Driver, b.Driver), cmp.Compare(a.Pool, b.Pool),
 			cmp.Compare(a.slice.Name, b.slice.Name))
 	})
-	f.addAllocations(claims, byID)
+	// Only devices consuming counters can be short of them, and those are all made anew.
 	f.addCounters()
-	for _, d := range f.Devices {
+	for _, d := range made {
 		switch {
 		case len(d.Holders()) > 0 && d.Shared:
 			d.State = StateShared
@@ -238,55 +250,96 @@ func Build(in Input) *Fleet {
 	return f
 }
 
-// addDevices lists the devices of the fleet's slices, in the order of the slices, and returns them
-// by ID.
-func (f *Fleet) addDevices(rules map[structured.DeviceID][]string) map[structured.DeviceID]*Device {
+// place is device index of slice.
+type place struct {
+	slice *resourceapi.ResourceSlice
+	index int
+}
+
+// placeDevices lists the devices of the fleet's slices, in the order of the slices, and numbers
+// them by ID. Of two devices of one ID, as two slices of one pool publish while the driver
+// replaces a slice, the allocator uses the first: so does the fleet.
+func (f *Fleet) placeDevices() ([]place, map[structured.DeviceID]int32) {
 	n := 0
 	for _, sl := range f.Slices {
 		n += len(sl.Spec.Devices)
 	}
-	f.Devices = make([]*Device, 0, n)
-	byID := make(map[structured.DeviceID]*Device, n)
-	caps := newCapacities()
-	var kind *Kind
+	places := make([]place, 0, n)
+	byID := make(map[structured.DeviceID]int32, n)
 	for _, sl := range f.Slices {
-		source := &Source{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, slice: sl}
-		node := sliceNode(sl)
 		for i := range sl.Spec.Devices {
-			d := &sl.Spec.Devices[i]
-			k := Kind{Node: node, Shared: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations}
-			if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
-				k.Node = deviceNode(d)
-			}
-			if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
-				k.Model = *a.StringValue
-			}
-			c := caps.of(sl.Spec.Driver, d.Capacity)
-			k.Capacity, k.Memory = c.all, c.memory
-			if kind == nil || !kind.same(&k) {
-				// A copy, so that k stays on the stack for the devices like the last.
-				shared := k
-				kind = &shared
-			}
-			dev := &Device{Source: source, Name: d.Name, Kind: kind, device: d}
-			id := dev.ID()
-			dev.Taints = taintsOf(d.Taints, rules[id])
-			dev.Healthy = true
-			for _, t := range d.Taints {
-				if blocksScheduling(t.Effect) {
-					dev.Healthy = false
-				}
-			}
+			id := structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, sl.Spec.Devices[i].Name)
 			if _, dup := byID[id]; dup {
-				// Two slices of one pool publish the same device while the driver replaces a
-				// slice; the allocator uses the first, so does the fleet.
 				continue
 			}
-			byID[id] = dev
-			f.Devices = append(f.Devices, dev)
+			byID[id] = int32(len(places))
+			places = append(places, place{slice: sl, index: i})
 		}
 	}
-	return byID
+	return places, byID
+}
+
+// addDevices lists the fleet's devices, in the order of places, with their allocations held:
+// those of prev that nothing changed for, and new ones, which it returns.
+func (f *Fleet) addDevices(places []place, held holdings, claims []*Claim, rules map[structured.DeviceID][]string, prev *Fleet) (made []*Device) {
+	f.Devices = make([]*Device, 0, len(places))
+	caps := newCapacities()
+	names := &namer{claims: claims, last: -1}
+	var source *Source
+	var kind *Kind
+	for p, pl := range places {
+		sl, d := pl.slice, &pl.slice.Spec.Devices[pl.index]
+		hs := held.of(p)
+		if pd := prev.unchanged(sl, d, hs, claims); pd != nil {
+			f.Devices = append(f.Devices, pd)
+			continue
+		}
+		if source == nil || source.slice != sl {
+			source = &Source{Driver: sl.Spec.Driver, Pool: sl.Spec.Pool.Name, slice: sl}
+		}
+		k := Kind{Node: sliceNode(sl), Shared: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations}
+		if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
+			k.Node = deviceNode(d)
+		}
+		if a, ok := lookupAttribute(d.Attributes, sl.Spec.Driver, "model"); ok && a.StringValue != nil {
+			k.Model = *a.StringValue
+		}
+		c := caps.of(sl.Spec.Driver, d.Capacity)
+		k.Capacity, k.Memory = c.all, c.memory
+		if kind == nil || !kind.same(&k) {
+			// A copy, so that k stays on the stack for the devices like the last.
+			shared := k
+			kind = &shared
+		}
+		dev := &Device{Source: source, Name: d.Name, Kind: kind, device: d, Healthy: true}
+		var fromRules []string
+		if len(rules) > 0 {
+			fromRules = rules[dev.ID()]
+		}
+		dev.Taints = taintsOf(d.Taints, fromRules)
+		for _, t := range d.Taints {
+			if blocksScheduling(t.Effect) {
+				dev.Healthy = false
+			}
+		}
+		dev.setAllocations(hs, names)
+		f.Devices = append(f.Devices, dev)
+		made = append(made, dev)
+	}
+	return made
+}
+
+// unchanged is f's device d of slice sl when it is held by the results hs as it was, and its
+// counters cannot have changed (it consumes none); else nil.
+func (f *Fleet) unchanged(sl *resourceapi.ResourceSlice, d *resourceapi.Device, hs []holding, claims []*Claim) *Device {
+	if f == nil || len(d.ConsumesCounters) > 0 {
+		return nil
+	}
+	pd := f.DeviceNamed(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name)
+	if pd == nil || pd.device != d || pd.slice != sl || pd.Fault != "" || !pd.sameHolders(hs, claims) {
+		return nil
+	}
+	return pd
 }
 
 // indexByID orders the devices by ID for Device. Devices ordered by node are mostly in that

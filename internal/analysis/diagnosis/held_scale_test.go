@@ -41,7 +41,7 @@ func bigFleet(tb testing.TB) (*inventory.Objects, *liveClaims) {
 		for g := range gpusPerNode {
 			if len(claims.byName) < bigHeldClaims {
 				c := heldClaim(node, g)
-				claims.byName[c.Name] = c
+				claims.put(c)
 			}
 		}
 	}
@@ -64,6 +64,8 @@ func heldClaim(node string, gpu int) *resourceapi.ResourceClaim {
 type liveClaims struct {
 	mu     sync.Mutex
 	byName map[string]*resourceapi.ResourceClaim
+	// kept are the claims of byName as the informer keeps them (put).
+	kept map[string]*inventory.Claim
 	// held, when not nil, blocks Claims until it is closed.
 	held chan struct{}
 }
@@ -79,9 +81,23 @@ func (l *liveClaims) Claims() ([]*inventory.Claim, error) {
 	defer l.mu.Unlock()
 	out := make([]*inventory.Claim, 0, len(l.byName))
 	for _, c := range l.byName {
-		out = append(out, inventory.KeepClaim(c))
+		out = append(out, l.kept[c.Name])
 	}
 	return out, nil
+}
+
+// put adds or replaces c, kept as the informer keeps it: one object for as long as c is unchanged.
+func (l *liveClaims) put(c *resourceapi.ResourceClaim) {
+	if l.kept == nil {
+		l.kept = map[string]*inventory.Claim{}
+	}
+	l.byName[c.Name] = c
+	l.kept[c.Name] = inventory.KeepClaim(c)
+}
+
+func (l *liveClaims) remove(name string) {
+	delete(l.byName, name)
+	delete(l.kept, name)
 }
 
 // hold makes Claims block until the returned release is called (by the test's cleanup at the latest).
@@ -110,10 +126,10 @@ func (l *liveClaims) churn(ctx context.Context, h *Held, every time.Duration) {
 		node, gpu := fmt.Sprintf("node-%04d", (i/2)%bigNodes), (i/2)%gpusPerNode
 		l.mu.Lock()
 		if i%2 == 0 {
-			delete(l.byName, fmt.Sprintf("%s-%d", node, gpu))
+			l.remove(fmt.Sprintf("%s-%d", node, gpu))
 		} else {
 			c := heldClaim(node, gpu)
-			l.byName[c.Name] = c
+			l.put(c)
 		}
 		l.mu.Unlock()
 		h.Invalidate()
@@ -252,5 +268,50 @@ func BenchmarkHeldRebuild(b *testing.B) {
 		if _, err := held.build(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// churnedClaims are the claims replaced between two rebuilds while claims change at 100/s: a
+// second and a quarter apart (rebuildShare).
+const churnedClaims = 125
+
+// builtHeld is bigHeld with its first state built and published, as a rebuild finds it.
+func builtHeld(tb testing.TB) (*Held, *liveClaims, *heldState) {
+	tb.Helper()
+	_, h, claims := bigHeld(tb, time.Minute)
+	st, err := h.build()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.state.Store(st)
+	return h, claims, st
+}
+
+// replace replaces n claims from the from-th on (freed and allocated again: new objects, the same
+// devices), as the informer tells them.
+func (l *liveClaims) replace(from, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range n {
+		i := (from + k) % bigHeldClaims
+		l.put(heldClaim(fmt.Sprintf("node-%04d", i/gpusPerNode), i%gpusPerNode))
+	}
+}
+
+// BenchmarkHeldRebuildChurned: a rebuild after churnedClaims claims were replaced. Most devices
+// are the last fleet's (Input.Previous).
+func BenchmarkHeldRebuildChurned(b *testing.B) {
+	held, claims, _ := builtHeld(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		claims.replace(i*churnedClaims, churnedClaims)
+		b.StartTimer()
+		st, err := held.build()
+		if err != nil {
+			b.Fatal(err)
+		}
+		held.state.Store(st)
 	}
 }

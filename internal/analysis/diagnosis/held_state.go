@@ -147,15 +147,17 @@ func (h *Held) build() (*heldState, error) {
 	// devices are kept: a free one is no obstacle.
 	var before []*inventory.Slice
 	var beforeKept []*resourceapi.ResourceSlice
+	var previous *deviceusage.Fleet
 	if last := h.state.Load(); last != nil {
-		before, beforeKept = last.snapshot.Slices(), last.slices
+		before, beforeKept, previous = last.snapshot.Slices(), last.slices, last.fleet
 	}
 	kept := keptSlices(s.Slices(), before, beforeKept)
 	uses := make([]*deviceusage.Claim, len(claims))
 	for i, c := range claims {
 		uses[i] = &c.Claim
 	}
-	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Kept: uses, BusyPoolsOnly: true})
+	// The last fleet's devices that no claim change touched are this one's too (Previous).
+	fl := deviceusage.Build(deviceusage.Input{Slices: kept, Kept: uses, BusyPoolsOnly: true, Previous: previous})
 	for _, observe := range h.observers {
 		observe(Rebuilt{Slices: s.Slices(), Fleet: fl, Claims: claims})
 	}

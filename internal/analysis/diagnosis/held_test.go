@@ -40,7 +40,7 @@ func TestHeldRebuildsCoalesced(t *testing.T) {
 	claims := &countedClaims{liveClaims: &liveClaims{byName: map[string]*resourceapi.ResourceClaim{}}}
 	for g := range 2 {
 		c := heldClaim("node-0000", g)
-		claims.byName[c.Name] = c
+		claims.put(c)
 	}
 	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()), feasibility.WithTimeout(time.Minute))
 	const interval = 5 * time.Second
@@ -54,10 +54,10 @@ func TestHeldRebuildsCoalesced(t *testing.T) {
 	for i := range changes {
 		claims.mu.Lock()
 		if i%2 == 0 {
-			delete(claims.byName, "node-0000-0")
+			claims.remove("node-0000-0")
 		} else {
 			c := heldClaim("node-0000", 0)
-			claims.byName[c.Name] = c
+			claims.put(c)
 		}
 		claims.mu.Unlock()
 		held.Invalidate()
@@ -69,7 +69,7 @@ func TestHeldRebuildsCoalesced(t *testing.T) {
 		t.Errorf("%d listings of the claims for %d changes within the rebuild interval, want the first build's alone", n, changes)
 	}
 	claims.mu.Lock()
-	delete(claims.byName, "node-0000-0")
+	claims.remove("node-0000-0")
 	claims.mu.Unlock()
 	held.Invalidate()
 	deadline := time.Now().Add(time.Minute)
@@ -106,7 +106,7 @@ func TestHeldSettle(t *testing.T) {
 	// A change while the first rebuild lists the claims: the one after it reads it.
 	claims.mu.Lock()
 	c := heldClaim("node-0000", 0)
-	claims.byName[c.Name] = c
+	claims.put(c)
 	claims.held = nil
 	claims.mu.Unlock()
 	held.Invalidate()
@@ -147,7 +147,7 @@ func TestHeldOneSearchPerQuestion(t *testing.T) {
 		st.Slices = append(st.Slices, feasibilitytest.GPUSlice(node, gpusPerNode, feasibilitytest.Fixed("LATEST-GPU-MODEL"), "80Gi"))
 		for g := range gpusPerNode {
 			c := heldClaim(node, g)
-			claims.byName[c.Name] = c
+			claims.put(c)
 		}
 	}
 	view := feasibility.New(st, celcheck.New(feasibilitytest.Driver, deviceschema.DeviceSchema()), feasibility.WithTimeout(time.Minute))
