@@ -55,7 +55,7 @@ func (f *Fleet) addAllocations(claims []*Claim, places int, byID map[structured.
 	// The place of every result, in order (-1: no device of the fleet), and how many a place has.
 	at := make([]int32, 0, results)
 	h := holdings{start: make([]int32, places+1)}
-	for ci, c := range claims {
+	for _, c := range claims {
 		if !c.Allocated {
 			f.Pending = append(f.Pending, c.Namespace+"/"+c.Name)
 			continue
@@ -75,7 +75,7 @@ func (f *Fleet) addAllocations(claims []*Claim, places int, byID map[structured.
 			}
 			p, ok := byID[id]
 			if !ok {
-				a := newHolderNames(c).allocation(c, ci, ri)
+				a := newHolderNames(c).allocation(c, ri)
 				a.Device = id.String()
 				f.Unpublished = append(f.Unpublished, a)
 				p = -1
@@ -92,6 +92,9 @@ func (f *Fleet) addAllocations(claims []*Claim, places int, byID map[structured.
 	next := slices.Clone(h.start[:places])
 	k := 0
 	for ci, c := range claims {
+		if !c.Allocated {
+			continue
+		}
 		for ri := range c.Results {
 			if p := at[k]; p >= 0 {
 				h.items[next[p]] = holding{claim: int32(ci), result: int32(ri)}
@@ -114,8 +117,8 @@ func newHolderNames(c *Claim) holderNames {
 	return holderNames{name: c.Namespace + "/" + c.Name, pods: pods, consumers: consumers}
 }
 
-// allocation is result ri of claim c, claims[ci].
-func (n holderNames) allocation(c *Claim, ci, ri int) Allocation {
+// allocation is result ri of claim c.
+func (n holderNames) allocation(c *Claim, ri int) Allocation {
 	r := &c.Results[ri]
 	a := Allocation{Claim: n.name, Request: r.Request, Pods: n.pods, Consumers: n.consumers,
 		AdminAccess: r.AdminAccess, ConsumedCapacity: r.ConsumedCapacity, from: c}
@@ -149,7 +152,7 @@ func (d *Device) setAllocations(hs []holding, n *namer) {
 	d.Allocations = make([]Allocation, len(hs))
 	for i, h := range hs {
 		c := n.claims[h.claim]
-		a := n.of(h.claim).allocation(c, int(h.claim), int(h.result))
+		a := n.of(h.claim).allocation(c, int(h.result))
 		d.Allocations[i] = a
 		if a.AdminAccess || len(a.ConsumedCapacity) == 0 {
 			continue

@@ -101,6 +101,7 @@ func TestBuildKeepsUnchangedDevices(t *testing.T) {
 			remade: []string{"n2/gpu-0", "n2/gpu-1"}},
 		{name: "the last claim of a pool deleted", change: func(in previousInput) { delete(in.claims, "b0") }},
 		{name: "a waiting claim allocated", change: func(in previousInput) { in.put(claim("waiting", result("n4", "gpu-0-b"))) }},
+		{name: "a claim of a device no slice publishes", change: func(in previousInput) { in.put(claim("gone", result("n9", "gpu-0"))) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := previousFleet()
