@@ -147,7 +147,7 @@ func TestPacedListener(t *testing.T) {
 	needPeerGone(t)
 	inner := &recording{Listener: listenLoopback(t)}
 	g := newGate()
-	l := newPacedListenerWith(inner, g)
+	l := newPacedListenerWith(inner, g, maxWaitingForTurn)
 	addr := inner.Addr().String()
 	type accepted struct {
 		conn net.Conn
@@ -213,17 +213,24 @@ func TestPacedListener(t *testing.T) {
 	}
 }
 
-// TestHandshakesPaced: the webhook server makes no more TLS handshakes than
-// --max-handshakes-per-second allows (as many at once, then one every 1/rate s), and every
-// connection gets its handshake. Unpaced, the handshakes took milliseconds in all.
-func TestHandshakesPaced(t *testing.T) {
-	const perSecond, conns = 4, 8
+// startPacedServer starts the webhook server with its handshakes paced at perSecond, and returns
+// its address.
+func startPacedServer(t *testing.T, perSecond int) string {
+	t.Helper()
 	dir := t.TempDir()
 	writeCert(t, dir, 1)
 	o := NewOptions()
 	o.CertDir = dir
 	o.MaxHandshakesPerSecond = perSecond
-	addr := startWebhookServer(t, o, &blocking{entered: make(chan struct{}, 1), release: make(chan struct{})})
+	return startWebhookServer(t, o, &blocking{entered: make(chan struct{}, 1), release: make(chan struct{})})
+}
+
+// TestHandshakesPaced: the webhook server makes no more TLS handshakes than
+// --max-handshakes-per-second allows (as many at once, then one every 1/rate s), and every
+// connection gets its handshake. Unpaced, the handshakes took milliseconds in all.
+func TestHandshakesPaced(t *testing.T) {
+	const perSecond, conns = 4, 8
+	addr := startPacedServer(t, perSecond)
 
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -242,5 +249,45 @@ func TestHandshakesPaced(t *testing.T) {
 	least := time.Duration(conns-perSecond) * time.Second / perSecond
 	if took := time.Since(start); took < least-least/10 {
 		t.Errorf("%d handshakes took %s, want at least %s at %d a second", conns, took, least, perSecond)
+	}
+}
+
+// failingOnce is a listener whose first Accept fails with err.
+type failingOnce struct {
+	net.Listener
+	err  error
+	once sync.Once
+}
+
+func (f *failingOnce) Accept() (net.Conn, error) {
+	var err error
+	f.once.Do(func() { err = f.err })
+	if err != nil {
+		return nil, err
+	}
+	return f.Listener.Accept()
+}
+
+// TestPacedListenerHandsOnErrors: an error of the listen queue (out of file descriptors) is the
+// next Accept's, which the server retries, and taking connections goes on after it; after Close,
+// Accept fails with net.ErrClosed.
+func TestPacedListenerHandsOnErrors(t *testing.T) {
+	inner := listenLoopback(t)
+	g := newGate()
+	full := errors.New("accept: too many open files")
+	l := newPacedListenerWith(&failingOnce{Listener: inner, err: full}, g, maxWaitingForTurn)
+	t.Cleanup(func() { l.Close() })
+	if conn, err := l.Accept(); !errors.Is(err, full) {
+		t.Fatalf("Accept: %v, %v; want the listen queue's error", conn, err)
+	}
+	client := dial(t, inner.Addr().String())
+	conn := acceptOnTurn(t, l, g)
+	if conn.RemoteAddr().String() != client.LocalAddr().String() {
+		t.Errorf("Accept returned the connection from %s, want the one from %s", conn.RemoteAddr(), client.LocalAddr())
+	}
+	conn.Close()
+	l.Close()
+	if conn, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close: %v, %v; want net.ErrClosed", conn, err)
 	}
 }
