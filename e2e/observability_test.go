@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,13 @@ func TestObservability(t *testing.T) {
 		return len(up) == 2, err
 	})
 
+	// A claim of an earlier test whose namespace is still going away would be counted before and
+	// freed while this test's pod takes a device (the same GPU, on one node): the allocated count
+	// would not move. The fleet before is read once no claim holds a device.
+	framework.Eventually(t, 2*time.Minute, "the claims of earlier tests to free their devices", func() (bool, error) {
+		held, err := c.KubectlErr("get", "resourceclaims", "-A", "-o", "jsonpath={.items[?(@.status.allocation)].metadata.name}")
+		return err == nil && strings.TrimSpace(held) == "", err
+	})
 	// The webhook's fleet before the GPU pod: every device the plugins publish, by model.
 	before := webhookFleet(t, prom)
 	ns := c.Namespace(t, "observability")
