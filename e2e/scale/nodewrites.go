@@ -18,18 +18,20 @@ const maxNodeWrites = 200
 // the writes a fleet's kubelets and node controller make, which a webhook keeping the fleet takes
 // in and the upstream webhook, keeping nothing, does not.
 type nodeWriter struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	n      int
-	err    error
+	// stopped ends the writes between two of them, never during one: a write cancelled in flight
+	// may have reached the API server while the writer counts it as failed.
+	stopped chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	n       int
+	err     error
 }
 
 // writeNodes patches the status of the nodes named NodeName(0..nodes-1) rate times a second until
 // stop. A rate of 0 writes nothing.
 func writeNodes(ctx context.Context, cs kubernetes.Interface, nodes, rate int) *nodeWriter {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &nodeWriter{cancel: cancel}
+	w := &nodeWriter{stopped: make(chan struct{})}
 	if rate <= 0 || nodes <= 0 {
 		return w
 	}
@@ -39,6 +41,8 @@ func writeNodes(ctx context.Context, cs kubernetes.Interface, nodes, rate int) *
 		written := 0
 		for i := 0; ; i = (i + 1) % nodes {
 			select {
+			case <-w.stopped:
+				return
 			case <-ctx.Done():
 				return
 			case now := <-tick.C:
@@ -64,7 +68,7 @@ func writeNodes(ctx context.Context, cs kubernetes.Interface, nodes, rate int) *
 
 // stop ends the writes and returns how many were made, and the first that failed.
 func (w *nodeWriter) stop() (int, error) {
-	w.cancel()
+	w.once.Do(func() { close(w.stopped) })
 	w.wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
